@@ -1,0 +1,66 @@
+"""The seam between the backend and a grammar library.
+
+Everything above this interface (cache, hosts, bitmask handling) is written
+against these protocols; a grammar library (xgrammar today) lives entirely in
+its own module below it. All engines fill the same bitmask layout: one int32
+row per sequence, bit ``t % 32`` of word ``t // 32`` set when token ``t`` is
+allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from grammar_guard.core.spec import GrammarSpec
+
+
+class CompiledGrammar(Protocol):
+    """An immutable compiled grammar, shared by every request of one key."""
+
+    @property
+    def memory_bytes(self) -> int: ...
+
+
+class TokenMatcher(Protocol):
+    """One request's position in a compiled grammar."""
+
+    def accept_token(self, token_id: int) -> bool: ...
+
+    def rollback(self, num_tokens: int) -> None: ...
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None: ...
+
+    def is_terminated(self) -> bool: ...
+
+    def reset(self) -> None: ...
+
+
+class GrammarEngine(Protocol):
+    name: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @staticmethod
+    def check(spec: GrammarSpec) -> None:
+        """Parse ``spec`` without a tokenizer; raise ``InvalidGrammarError`` if it is invalid.
+
+        Cheap enough for the request path of an API server.
+        """
+        ...
+
+    def compile(self, spec: GrammarSpec) -> CompiledGrammar:
+        """Compile against the tokenizer (may take seconds); raise ``InvalidGrammarError``."""
+        ...
+
+    def new_matcher(
+        self,
+        compiled: CompiledGrammar,
+        *,
+        stop_token_ids: Collection[int] | None,
+        max_rollback_tokens: int,
+    ) -> TokenMatcher: ...

@@ -1,0 +1,74 @@
+"""Refuse input that could crash or stall native grammar code, before it gets there.
+
+xgrammar is C++: a NUL byte, a pathological nesting depth or a multi-megabyte
+document can crash the process or recurse without bound. These checks are
+cheap, pure Python and run in the API process before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from grammar_guard.core.errors import InvalidGrammarError
+
+MAX_GRAMMAR_CHARS = 1 << 20
+MAX_JSON_DEPTH = 64
+
+# Control characters that are never meaningful in a grammar and that native
+# parsers may treat as terminators. Tab, newline and carriage return are kept:
+# grammars and regexes legitimately contain them.
+_FORBIDDEN_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def check_text(field: str, text: str) -> None:
+    if len(text) > MAX_GRAMMAR_CHARS:
+        raise InvalidGrammarError(
+            f"{field} is {len(text)} characters long; the limit is {MAX_GRAMMAR_CHARS}"
+        )
+    found = _FORBIDDEN_CONTROL.search(text)
+    if found:
+        raise InvalidGrammarError(
+            f"{field} contains the control character U+{ord(found.group()):04X} "
+            f"at offset {found.start()}"
+        )
+
+
+def check_json_depth(field: str, document: str | dict[str, Any] | list[Any]) -> None:
+    """Reject nesting deeper than :data:`MAX_JSON_DEPTH` without recursing."""
+    depth = _text_depth(document) if isinstance(document, str) else _value_depth(document)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidGrammarError(
+            f"{field} is nested more than {MAX_JSON_DEPTH} levels deep"
+        )
+
+
+def _text_depth(text: str) -> int:
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if bracket.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _value_depth(value: Any) -> int:
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        pending.extend((child, depth + 1) for child in children)
+    return deepest

@@ -1,0 +1,122 @@
+"""What a request asks the grammar engine to enforce, and its cache key.
+
+A :class:`GrammarSpec` is both the compile input and the cache key: it holds
+the request kind, the grammar text in canonical form and every option that
+changes the compiled result. JSON inputs are re-serialised compactly so that
+the same document written with different whitespace maps to one key; object
+member order is preserved because in a schema it is meaning (``properties``
+order fixes the order the model must write).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.input_limits import check_json_depth, check_text
+
+
+class RequestKind(enum.Enum):
+    JSON_SCHEMA = "json_schema"
+    JSON_OBJECT = "json_object"
+    REGEX = "regex"
+    CHOICE = "choice"
+    GRAMMAR = "grammar"
+    STRUCTURAL_TAG = "structural_tag"
+
+    @property
+    def takes_json_options(self) -> bool:
+        return self in (RequestKind.JSON_SCHEMA, RequestKind.JSON_OBJECT)
+
+    @property
+    def text_is_json(self) -> bool:
+        return self in (RequestKind.JSON_SCHEMA, RequestKind.CHOICE, RequestKind.STRUCTURAL_TAG)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Options that change a compiled JSON grammar."""
+
+    # False: compact JSON only (no whitespace between tokens), which keeps a
+    # weak model from padding its output with whitespace until max_tokens.
+    any_whitespace: bool = True
+
+
+_NEUTRAL_OPTIONS = CompileOptions()
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    kind: RequestKind
+    text: str
+    options: CompileOptions = _NEUTRAL_OPTIONS
+
+    @classmethod
+    def build(
+        cls, kind: RequestKind, source: str | dict[str, Any] | list[Any] | None, options: CompileOptions
+    ) -> GrammarSpec:
+        """Validate the raw request input and put it in canonical form.
+
+        Raises :class:`InvalidGrammarError` for input that is malformed or
+        unsafe to hand to native code; nothing here compiles.
+        """
+        if kind is RequestKind.JSON_OBJECT:
+            text = ""
+        elif kind.text_is_json:
+            text = _canonical_json(kind, source)
+        elif isinstance(source, str):
+            check_text(kind.value, source)
+            text = source
+        else:
+            raise InvalidGrammarError(f"{kind.value} must be a string, got {type(source).__name__}")
+        if kind is RequestKind.CHOICE:
+            _check_choices(json.loads(text))
+        if kind is RequestKind.GRAMMAR and not text.strip():
+            raise InvalidGrammarError("grammar must not be empty")
+        return cls(kind, text, options if kind.takes_json_options else _NEUTRAL_OPTIONS)
+
+    def describe(self) -> str:
+        """A short label for logs that never includes the whole grammar."""
+        return f"{self.kind.value}({len(self.text)} chars)"
+
+
+def _canonical_json(kind: RequestKind, source: str | dict[str, Any] | list[Any] | None) -> str:
+    if isinstance(source, str):
+        check_text(kind.value, source)
+        if not source.strip():
+            raise InvalidGrammarError(f"{kind.value} must not be empty")
+        check_json_depth(kind.value, source)
+        try:
+            document = json.loads(source)
+        except json.JSONDecodeError as exc:
+            raise InvalidGrammarError(f"{kind.value} is not valid JSON: {exc}") from exc
+    elif isinstance(source, dict | list):
+        document = source
+        check_json_depth(kind.value, document)
+    else:
+        raise InvalidGrammarError(
+            f"{kind.value} must be JSON text or a JSON value, got {type(source).__name__}"
+        )
+    try:
+        text = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidGrammarError(f"{kind.value} is not serialisable as JSON: {exc}") from exc
+    # Escapes such as \u0000 only become real control characters once decoded.
+    check_text(kind.value, text)
+    if kind is RequestKind.JSON_SCHEMA and not isinstance(document, dict | bool):
+        raise InvalidGrammarError(
+            f"json_schema must be a JSON object or boolean, got {type(document).__name__}"
+        )
+    if kind is RequestKind.STRUCTURAL_TAG and not isinstance(document, dict):
+        raise InvalidGrammarError("structural_tag must be a JSON object")
+    return text
+
+
+def _check_choices(choices: Any) -> None:
+    if not isinstance(choices, list) or not choices:
+        raise InvalidGrammarError("choice must be a non-empty list of strings")
+    if not all(isinstance(choice, str) for choice in choices):
+        raise InvalidGrammarError("every choice must be a string")

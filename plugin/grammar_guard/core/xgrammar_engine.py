@@ -1,0 +1,202 @@
+"""The xgrammar implementation of :mod:`grammar_guard.core.engine`.
+
+This is the only module that touches xgrammar types. ``check`` and
+``compile`` share one parse step, so a grammar the API process accepted is
+exactly the grammar the engine compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import xgrammar as xgr
+
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+
+if TYPE_CHECKING:
+    import torch
+
+# xgrammar prefixes native errors with "[hh:mm:ss] /path/file.cc:123: ".
+_NATIVE_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
+_EBNF_RULE = re.compile(r"::=")
+_GRAMMAR_COMMENT = re.compile(r"(#|//).*$")
+# Compact JSON: xgrammar needs the separators as well as any_whitespace=False.
+_COMPACT_SEPARATORS = (",", ":")
+_ANY_OBJECT_SCHEMA = '{"type": "object"}'
+
+
+def _reason(exc: BaseException) -> str:
+    first, *rest = str(exc).strip().splitlines() or [type(exc).__name__]
+    return " ".join([_NATIVE_PREFIX.sub("", first), *rest]).strip()
+
+
+def grammar_is_lark(text: str) -> bool:
+    """EBNF (GBNF) rules are written ``name ::= ...``; anything else is read as Lark."""
+    for line in text.splitlines():
+        if _EBNF_RULE.search(_GRAMMAR_COMMENT.sub("", line)):
+            return False
+    return True
+
+
+def choice_as_ebnf(choices: Sequence[str]) -> str:
+    # json.dumps yields a quoted literal whose escapes (\" \\ \n \uXXXX) are
+    # the ones xgrammar's EBNF string syntax reads back.
+    return "root ::= " + " | ".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
+
+
+@dataclass(frozen=True)
+class XGrammarCompiled:
+    compiled: xgr.CompiledGrammar
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.compiled.memory_size_bytes)
+
+
+class XGrammarMatcher:
+    __slots__ = ("_matcher",)
+
+    def __init__(self, matcher: xgr.GrammarMatcher) -> None:
+        self._matcher = matcher
+
+    def accept_token(self, token_id: int) -> bool:
+        return bool(self._matcher.accept_token(token_id))
+
+    def rollback(self, num_tokens: int) -> None:
+        self._matcher.rollback(num_tokens)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        self._matcher.fill_next_token_bitmask(bitmask, row)
+
+    def is_terminated(self) -> bool:
+        return bool(self._matcher.is_terminated())
+
+    def reset(self) -> None:
+        self._matcher.reset()
+
+
+class XGrammarEngine:
+    name = "xgrammar"
+
+    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, compile_threads: int) -> None:
+        self._tokenizer_info = tokenizer_info
+        # Caching is ours (keyed by GrammarSpec); xgrammar's own cache would
+        # hold a second, unbounded-by-us copy of every grammar.
+        self._compiler = xgr.GrammarCompiler(
+            tokenizer_info, max_threads=compile_threads, cache_enabled=False
+        )
+
+    @classmethod
+    def for_hf_tokenizer(cls, tokenizer: Any, vocab_size: int, *, compile_threads: int) -> XGrammarEngine:
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        return cls(info, compile_threads=compile_threads)
+
+    @classmethod
+    def for_raw_vocab(
+        cls,
+        encoded_vocab: Sequence[str],
+        *,
+        byte_fallback: bool,
+        stop_token_ids: Sequence[int],
+        add_prefix_space: bool,
+        compile_threads: int,
+    ) -> XGrammarEngine:
+        """For tokenizers that are not Hugging Face ones (Mistral's, for instance)."""
+        info = xgr.TokenizerInfo(
+            encoded_vocab=list(encoded_vocab),
+            vocab_type=xgr.VocabType.BYTE_FALLBACK if byte_fallback else xgr.VocabType.RAW,
+            vocab_size=len(encoded_vocab),
+            stop_token_ids=list(stop_token_ids),
+            add_prefix_space=add_prefix_space,
+        )
+        return cls(info, compile_threads=compile_threads)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tokenizer_info.vocab_size)
+
+    @staticmethod
+    def check(spec: GrammarSpec) -> None:
+        _parse(spec)
+
+    def compile(self, spec: GrammarSpec) -> XGrammarCompiled:
+        grammar = _parse(spec)
+        try:
+            return XGrammarCompiled(self._compiler.compile_grammar(grammar))
+        except Exception as exc:  # native code reports every failure as RuntimeError
+            raise InvalidGrammarError(f"{spec.kind.value} failed to compile: {_reason(exc)}") from exc
+
+    def new_matcher(
+        self,
+        compiled: XGrammarCompiled,  # type: ignore[override]
+        *,
+        stop_token_ids: Collection[int] | None,
+        max_rollback_tokens: int,
+    ) -> XGrammarMatcher:
+        return XGrammarMatcher(
+            xgr.GrammarMatcher(
+                compiled.compiled,
+                override_stop_tokens=list(stop_token_ids) if stop_token_ids else None,
+                max_rollback_tokens=max_rollback_tokens,
+            )
+        )
+
+
+def _parse(spec: GrammarSpec) -> xgr.Grammar:
+    try:
+        return _PARSERS[spec.kind](spec)
+    except InvalidGrammarError:
+        raise
+    except Exception as exc:
+        raise InvalidGrammarError(f"invalid {spec.kind.value}: {_reason(exc)}") from exc
+
+
+def _json_schema(spec: GrammarSpec, schema: str) -> xgr.Grammar:
+    compact = not spec.options.any_whitespace
+    return xgr.Grammar.from_json_schema(
+        schema,
+        any_whitespace=spec.options.any_whitespace,
+        separators=_COMPACT_SEPARATORS if compact else None,
+    )
+
+
+def _grammar(spec: GrammarSpec) -> xgr.Grammar:
+    if grammar_is_lark(spec.text):
+        return xgr.Grammar.from_lark(spec.text)
+    return xgr.Grammar.from_ebnf(spec.text)
+
+
+def _structural_tag(spec: GrammarSpec) -> xgr.Grammar:
+    tag = json.loads(spec.text)
+    if "structures" not in tag:
+        return xgr.Grammar.from_structural_tag(spec.text)
+    # The older form vLLM still accepts: {"structures": [...], "triggers": [...]}.
+    try:
+        items = [
+            xgr.StructuralTagItem(
+                begin=item["begin"], schema=json.dumps(item["schema"]), end=item["end"]
+            )
+            for item in tag["structures"]
+        ]
+        triggers = list(tag["triggers"])
+    except (KeyError, TypeError) as exc:
+        raise InvalidGrammarError(
+            "structural_tag with 'structures' needs 'triggers' and, per structure, "
+            f"'begin', 'schema' and 'end' (missing {exc})"
+        ) from exc
+    return xgr.Grammar.from_structural_tag(items, triggers)
+
+
+_PARSERS = {
+    RequestKind.JSON_SCHEMA: lambda spec: _json_schema(spec, spec.text),
+    RequestKind.JSON_OBJECT: lambda spec: _json_schema(spec, _ANY_OBJECT_SCHEMA),
+    RequestKind.REGEX: lambda spec: xgr.Grammar.from_regex(spec.text),
+    RequestKind.CHOICE: lambda spec: xgr.Grammar.from_ebnf(choice_as_ebnf(json.loads(spec.text))),
+    RequestKind.GRAMMAR: _grammar,
+    RequestKind.STRUCTURAL_TAG: _structural_tag,
+}

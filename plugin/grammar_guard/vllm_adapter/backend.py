@@ -1,0 +1,181 @@
+"""The ``grammar-guard`` structured-output backend inside vLLM's engine core."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vllm.logger import init_logger
+from vllm.utils.mistral import is_mistral_tokenizer
+from vllm.v1.structured_output.backend_types import (
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
+
+from grammar_guard.core.bitmask import allocate_bitmask
+from grammar_guard.core.cache import CompileCache
+from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
+from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key
+
+if TYPE_CHECKING:
+    import torch
+
+logger = init_logger(__name__)
+
+DEFAULT_CACHE_ENTRIES = 1024
+
+
+def _compile_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def build_engine(tokenizer: object, vocab_size: int) -> GrammarEngine:
+    if is_mistral_tokenizer(tokenizer):
+        # Mistral tokenizers are not Hugging Face ones; xgrammar needs the raw
+        # vocabulary and whether it is byte-fallback (SentencePiece) or raw (Tekken).
+        return XGrammarEngine.for_raw_vocab(
+            tokenizer.vocab,
+            byte_fallback=not tokenizer.is_tekken,
+            stop_token_ids=[tokenizer.eos_token_id],
+            add_prefix_space=True,
+            compile_threads=_compile_threads(),
+        )
+    return XGrammarEngine.for_hf_tokenizer(tokenizer, vocab_size, compile_threads=_compile_threads())
+
+
+@dataclass
+class GrammarGuardBackend(StructuredOutputBackend):
+    def __post_init__(self) -> None:
+        config = self.vllm_config.structured_outputs_config
+        self._options = compile_options(config)
+        self._engine = build_engine(self.tokenizer, self.vocab_size)
+        self.vocab_size = self._engine.vocab_size
+        speculative = self.vllm_config.speculative_config
+        self._max_rollback = speculative.num_speculative_tokens if speculative else 0
+        self._compile_pool = ThreadPoolExecutor(
+            max_workers=max(1, (os.cpu_count() or 1) // 2),
+            thread_name_prefix="grammar-guard-compile",
+        )
+        self._cache: CompileCache[GrammarSpec, CompiledGrammar] = CompileCache(
+            self._engine.compile, self._compile_pool, max_entries=DEFAULT_CACHE_ENTRIES
+        )
+
+    def compile_grammar(
+        self,
+        request_type: StructuredOutputOptions,
+        grammar_spec: str,
+        stop_token_ids: set[int] | None = None,
+    ) -> StructuredOutputGrammar:
+        # Runs on vLLM's grammar thread; an InvalidGrammarError raised here
+        # fails this request alone (the scheduler finishes it with an error).
+        spec = spec_from_key(request_type, grammar_spec, self._options)
+        compiled = self._cache.get(spec).result()
+        matcher = self._engine.new_matcher(
+            compiled, stop_token_ids=stop_token_ids, max_rollback_tokens=self._max_rollback
+        )
+        return GuardedGrammar(matcher, spec.describe())
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
+        return allocate_bitmask(max_num_seqs, self.vocab_size)
+
+    def destroy(self) -> None:
+        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        self._cache.clear()
+
+
+class GuardedGrammar(StructuredOutputGrammar):
+    """One request's grammar state; its per-step methods never raise.
+
+    An exception from the grammar engine in the middle of decoding must not
+    reach the engine loop, where it would take every other request down with
+    it. Instead the grammar is marked faulted: the current mask allows every
+    token and the next ``accept_tokens`` returns False, which makes vLLM
+    finish this one request with an error.
+    """
+
+    def __init__(self, matcher: TokenMatcher, label: str) -> None:
+        self._matcher = matcher
+        self._label = label
+        self._terminated = False
+        self._fault: str | None = None
+
+    @property
+    def fault(self) -> str | None:
+        return self._fault
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        if self._fault is not None:
+            logger.error("Ending request %s: its grammar failed earlier (%s)", request_id, self._fault)
+            return False
+        if self._terminated:
+            return True
+        try:
+            for token in tokens:
+                if not self._matcher.accept_token(token):
+                    logger.error(
+                        "Grammar %s rejected token %d for request %s", self._label, token, request_id
+                    )
+                    return False
+                if self._matcher.is_terminated():
+                    self._terminated = True
+                    break
+        except Exception as exc:
+            self._record_fault("accept_tokens", exc)
+            return False
+        return True
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        if self._fault is not None or self._terminated:
+            return []
+        accepted = 0
+        try:
+            for token in tokens:
+                if not self._matcher.accept_token(token):
+                    break
+                accepted += 1
+                if self._matcher.is_terminated():
+                    break
+            if accepted:
+                self._matcher.rollback(accepted)
+        except Exception as exc:
+            self._record_fault("validate_tokens", exc)
+            return []
+        return tokens[:accepted]
+
+    def rollback(self, num_tokens: int) -> None:
+        if self._fault is not None or num_tokens <= 0:
+            return
+        try:
+            self._matcher.rollback(num_tokens)
+            self._terminated = self._matcher.is_terminated()
+        except Exception as exc:
+            self._record_fault("rollback", exc)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        if self._fault is None:
+            try:
+                self._matcher.fill_bitmask(bitmask, batch_index)
+                return
+            except Exception as exc:
+                self._record_fault("fill_bitmask", exc)
+        bitmask[batch_index].fill_(-1)
+
+    def is_terminated(self) -> bool:
+        return self._terminated
+
+    def reset(self) -> None:
+        try:
+            self._matcher.reset()
+        except Exception as exc:
+            self._record_fault("reset", exc)
+            return
+        self._terminated = False
+
+    def _record_fault(self, step: str, exc: Exception) -> None:
+        self._fault = f"{step} raised {type(exc).__name__}: {exc}"
+        logger.error("Grammar %s failed in %s; its request will be ended", self._label, self._fault)

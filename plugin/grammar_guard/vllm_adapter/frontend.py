@@ -1,0 +1,77 @@
+"""Request validation in the API process, before a request reaches the engine.
+
+Replaces vLLM's per-backend validation for ``grammar-guard`` requests: the
+request is turned into the same :class:`GrammarSpec` the engine will compile
+and parsed (no tokenizer, no compile), so an invalid schema, regex or grammar
+is answered with a 400 naming the reason and the engine never sees it.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING
+
+from vllm.exceptions import VLLMValidationError
+
+from grammar_guard import BACKEND_NAME
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_params
+
+if TYPE_CHECKING:
+    from vllm.config import ModelConfig
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+    from vllm.sampling_params import SamplingParams
+    from vllm.tokenizers import TokenizerLike
+
+# Parsing is normally sub-millisecond; the bound only matters for input that
+# makes the native parser blow up, which must not hold the request path.
+PARSE_DEADLINE_S = 10.0
+_parse_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grammar-guard-parse")
+
+
+def validate_structured_outputs(
+    params: SamplingParams,
+    model_config: ModelConfig,
+    config: StructuredOutputsConfig,
+    tokenizer: TokenizerLike | None,
+) -> None:
+    """Validate ``params.structured_outputs`` for the grammar-guard backend."""
+    structured = params.structured_outputs
+    assert structured is not None
+    if model_config.is_diffusion:
+        raise VLLMValidationError(
+            "Structured outputs are not supported for diffusion language models."
+        )
+    if tokenizer is None:
+        raise VLLMValidationError(
+            "Structured outputs need a tokenizer, so they cannot be used with skip_tokenizer_init."
+        )
+    if structured._backend and structured._backend != BACKEND_NAME:
+        raise VLLMValidationError(
+            f"This server uses the '{BACKEND_NAME}' structured-output backend; the request "
+            f"asked for '{structured._backend}'. Remove '_backend' from the request."
+        )
+    try:
+        spec = spec_from_params(structured, compile_options(config))
+        _check_within_deadline(spec)
+    except InvalidGrammarError as exc:
+        raise VLLMValidationError(
+            f"Invalid structured output request: {exc.reason}", parameter="structured_outputs"
+        ) from None
+    structured._backend = BACKEND_NAME
+    # vLLM's own validation ends with this; it re-checks field consistency.
+    structured.__post_init__()
+
+
+def _check_within_deadline(spec: GrammarSpec) -> None:
+    future = _parse_pool.submit(XGrammarEngine.check, spec)
+    try:
+        future.result(timeout=PARSE_DEADLINE_S)
+    except FutureTimeout:
+        raise InvalidGrammarError(
+            f"{spec.kind.value} could not be parsed within {PARSE_DEADLINE_S:g} s; "
+            "simplify it (deeply nested repetition is the usual cause)"
+        ) from None

@@ -1,0 +1,145 @@
+"""Install ``grammar-guard`` into vLLM: three narrow, idempotent patches.
+
+vLLM has no registry for structured-output backends: the backend name is a
+closed ``Literal``, request validation and backend construction are
+hard-coded chains. Each patch below wraps one of those seams and hands every
+other backend's traffic to the original code unchanged:
+
+1. ``StructuredOutputsConfig``: accept the name ``grammar-guard`` (also with
+   ``disable_any_whitespace``).
+2. ``SamplingParams._validate_structured_outputs``: validate grammar-guard
+   requests in the API process with the plugin's own parser.
+3. ``StructuredOutputManager.grammar_init``: build the grammar-guard backend
+   in the engine core.
+
+Every wrapper carries a marker attribute, so installing twice (vLLM loads
+plugins in every process, sometimes more than once) never wraps twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, Literal, get_args
+
+from pydantic.dataclasses import rebuild_dataclass
+from vllm.config import VllmConfig
+from vllm.config import structured_outputs as so_config_module
+from vllm.config.structured_outputs import StructuredOutputsConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.structured_output import StructuredOutputManager
+
+from grammar_guard import BACKEND_NAME
+
+PATCH_MARKER = "__grammar_guard_patch__"
+_CONFIG_VALIDATOR = "_validate_structured_output_config"
+_install_lock = threading.Lock()
+
+
+def install() -> None:
+    with _install_lock:
+        _allow_backend_name()
+        _wrap_method(SamplingParams, "_validate_structured_outputs", _frontend_validation)
+        _wrap_method(StructuredOutputManager, "grammar_init", _backend_construction)
+
+
+def installed_patches() -> dict[str, bool]:
+    """Which seams carry the plugin, for tests and for ``--help``-style diagnostics."""
+    return {
+        "config_backend_name": BACKEND_NAME in get_args(_backend_annotation()),
+        "config_validator": _is_patched(_config_validator().func),
+        "frontend_validation": _is_patched(SamplingParams._validate_structured_outputs),
+        "backend_construction": _is_patched(StructuredOutputManager.grammar_init),
+    }
+
+
+def _is_patched(function: object) -> bool:
+    return bool(getattr(function, PATCH_MARKER, False))
+
+
+def _mark(wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    setattr(wrapper, PATCH_MARKER, True)
+    return wrapper
+
+
+def _wrap_method(owner: type, name: str, make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    original = getattr(owner, name)
+    if _is_patched(original):
+        return
+    setattr(owner, name, _mark(functools.wraps(original)(make_wrapper(original))))
+
+
+def _backend_annotation() -> Any:
+    return StructuredOutputsConfig.__dataclass_fields__["backend"].type
+
+
+def _config_validator() -> Any:
+    return StructuredOutputsConfig.__pydantic_decorators__.model_validators[_CONFIG_VALIDATOR]
+
+
+def _allow_backend_name() -> None:
+    """Add the name to the config's ``Literal`` and let it use ``disable_any_whitespace``.
+
+    The config is a pydantic dataclass, so its validation schema is rebuilt
+    after the annotation and the after-validator are swapped.
+    """
+    names = get_args(_backend_annotation())
+    validator = _config_validator()
+    if BACKEND_NAME in names and _is_patched(validator.func):
+        return
+    if BACKEND_NAME not in names:
+        extended = Literal[(*names, BACKEND_NAME)]  # type: ignore[valid-type]
+        StructuredOutputsConfig.__dataclass_fields__["backend"].type = extended
+        StructuredOutputsConfig.__annotations__["backend"] = extended
+        so_config_module.StructuredOutputsBackend = extended  # type: ignore[misc]
+    if not _is_patched(validator.func):
+        original = validator.func
+
+        def validate(self: StructuredOutputsConfig) -> StructuredOutputsConfig:
+            if self.backend != BACKEND_NAME:
+                return original(self)
+            if self.disable_additional_properties:
+                raise ValueError(
+                    "disable_additional_properties applies to the guidance backend only, "
+                    f"not to {BACKEND_NAME}."
+                )
+            return self
+
+        decorators = StructuredOutputsConfig.__pydantic_decorators__.model_validators
+        decorators[_CONFIG_VALIDATOR] = dataclasses.replace(validator, func=_mark(validate))
+    rebuild_dataclass(StructuredOutputsConfig, force=True)  # type: ignore[arg-type]
+    # VllmConfig re-validates its nested config with a schema copied at its
+    # own build time, so it has to pick up the new one too.
+    rebuild_dataclass(VllmConfig, force=True)  # type: ignore[arg-type]
+
+
+def _frontend_validation(original: Callable[..., None]) -> Callable[..., None]:
+    def validate(self: SamplingParams, model_config: Any, config: Any, tokenizer: Any) -> None:
+        if config is None or self.structured_outputs is None or config.backend != BACKEND_NAME:
+            return original(self, model_config, config, tokenizer)
+        from grammar_guard.vllm_adapter.frontend import validate_structured_outputs
+
+        validate_structured_outputs(self, model_config, config, tokenizer)
+
+    return validate
+
+
+def _backend_construction(original: Callable[..., None]) -> Callable[..., None]:
+    def grammar_init(self: StructuredOutputManager, request: Any) -> None:
+        if (
+            self.backend is None
+            and request.structured_output_request is not None
+            and request.sampling_params.structured_outputs._backend == BACKEND_NAME
+        ):
+            from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+
+            self.backend = GrammarGuardBackend(
+                self.vllm_config,
+                tokenizer=self.tokenizer,
+                vocab_size=self.vllm_config.model_config.get_vocab_size(),
+            )
+        return original(self, request)
+
+    return grammar_init

@@ -1,0 +1,45 @@
+"""Turn vLLM's structured-output request forms into core :class:`GrammarSpec` keys.
+
+The API process and the engine core both go through :func:`spec_from_params`
+/ :func:`spec_from_key`, so the key the frontend validated is the key the
+engine compiles.
+"""
+
+from __future__ import annotations
+
+from vllm.config.structured_outputs import StructuredOutputsConfig
+from vllm.sampling_params import StructuredOutputsParams
+from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+from vllm.v1.structured_output.request import get_structured_output_key
+
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+
+_KIND_BY_OPTION = {
+    StructuredOutputOptions.JSON: RequestKind.JSON_SCHEMA,
+    StructuredOutputOptions.JSON_OBJECT: RequestKind.JSON_OBJECT,
+    StructuredOutputOptions.REGEX: RequestKind.REGEX,
+    StructuredOutputOptions.CHOICE: RequestKind.CHOICE,
+    StructuredOutputOptions.GRAMMAR: RequestKind.GRAMMAR,
+    StructuredOutputOptions.STRUCTURAL_TAG: RequestKind.STRUCTURAL_TAG,
+}
+
+
+def compile_options(config: StructuredOutputsConfig) -> CompileOptions:
+    return CompileOptions(any_whitespace=not config.disable_any_whitespace)
+
+
+def spec_from_key(option: StructuredOutputOptions, text: str, options: CompileOptions) -> GrammarSpec:
+    return GrammarSpec.build(_KIND_BY_OPTION[option], text, options)
+
+
+def spec_from_params(params: StructuredOutputsParams, options: CompileOptions) -> GrammarSpec:
+    if isinstance(params.json, dict | list):
+        # Built from the value itself: vLLM's key function would json.dumps it
+        # first, which recurses without bound on a hostile nesting depth.
+        return GrammarSpec.build(RequestKind.JSON_SCHEMA, params.json, options)
+    try:
+        option, text = get_structured_output_key(params)
+    except (TypeError, ValueError) as exc:
+        raise InvalidGrammarError(f"structured_outputs has no usable constraint: {exc}") from exc
+    return spec_from_key(option, text, options)
