@@ -1,0 +1,1 @@
+"""A runnable demonstration on a tiny local model (``python -m grammar_guard.demo``)."""
