@@ -1,0 +1,65 @@
+"""Shared real-engine fixtures: one tiny model, one in-process engine, one server.
+
+Starting vLLM costs tens of seconds on this project's 2-core machines, so
+each engine is started once per session and shared by every test using it.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The shared offline engine runs in-process (the fast path); the multi-process
+# path and the server are exercised by tests that start their own processes.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+from collections.abc import Iterator  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+import pytest  # noqa: E402
+
+from grammar_guard.demo.tiny_model import (  # noqa: E402
+    ENGINE_KWARGS,
+    apply_engine_env,
+    build_tiny_model,
+)
+from integration_tests.server import ApiServer, start_api_server  # noqa: E402
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+apply_engine_env()
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    return str(build_tiny_model())
+
+
+@pytest.fixture(scope="session")
+def llm(tiny_model: str) -> Iterator[LLM]:
+    import grammar_guard
+
+    # LLM(...) validates structured_outputs_config before vLLM loads plugins.
+    grammar_guard.register()
+    from vllm import LLM
+
+    engine = LLM(
+        model=tiny_model,
+        distributed_executor_backend="uni",
+        structured_outputs_config={"backend": "grammar-guard", "disable_any_whitespace": True},
+        **ENGINE_KWARGS,  # type: ignore[arg-type]
+    )
+    yield engine
+    del engine
+
+
+@pytest.fixture(scope="session")
+def api_server(tiny_model: str) -> Iterator[ApiServer]:
+    with start_api_server(
+        tiny_model,
+        "--structured-outputs-config.backend",
+        "grammar-guard",
+        "--structured-outputs-config.disable_any_whitespace",
+        "true",
+    ) as server:
+        yield server

@@ -1,0 +1,53 @@
+"""Run every case on vLLM's multi-process engine; print the results as JSON.
+
+Started by ``test_multiprocess_engine.py`` in a fresh interpreter: the engine
+core is a spawned process that loads the plugin only through vLLM's
+``vllm.general_plugins`` entry point, which is what this run proves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(model: str) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+    from grammar_guard.demo.tiny_model import ENGINE_KWARGS, apply_engine_env
+
+    apply_engine_env()
+    import grammar_guard
+
+    grammar_guard.register()
+    from vllm import LLM, SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from grammar_guard.demo.cases import CASES
+
+    llm = LLM(
+        model=model,
+        structured_outputs_config={"backend": "grammar-guard", "disable_any_whitespace": True},
+        **ENGINE_KWARGS,  # type: ignore[arg-type]
+    )
+    params = [
+        SamplingParams(
+            max_tokens=64,
+            temperature=1.0,
+            seed=seed,
+            structured_outputs=StructuredOutputsParams(**case.structured_outputs),
+        )
+        for case in CASES
+        for seed in (1, 2)
+    ]
+    outputs = llm.generate(["Answer: "] * len(params), params, use_tqdm=False)
+    results = [
+        {"case": case.name, "text": out.outputs[0].text, "finish_reason": out.outputs[0].finish_reason}
+        for case, out in zip([c for c in CASES for _ in (1, 2)], outputs, strict=True)
+    ]
+    report = {"engine_client": type(llm.llm_engine.engine_core).__name__, "results": results}
+    print("RESULT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

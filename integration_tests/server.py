@@ -1,0 +1,85 @@
+"""Start vLLM's OpenAI-compatible server on loopback, as an operator would."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from grammar_guard.demo.tiny_model import ENGINE_ENV, ENGINE_KWARGS
+
+STARTUP_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    base_url: str
+    model: str
+    log_path: Path
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def start_api_server(model: str, *extra_args: str) -> Iterator[ApiServer]:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    log = Path(tempfile.mkstemp(prefix="grammar-guard-server-", suffix=".log")[1])
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--max-model-len", str(ENGINE_KWARGS["max_model_len"]),
+        "--max-num-seqs", str(ENGINE_KWARGS["max_num_seqs"]),
+        "--gpu-memory-utilization", str(ENGINE_KWARGS["gpu_memory_utilization"]),
+        *extra_args,
+    ]  # fmt: skip
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not _healthy(base):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"vLLM server did not start (exit {process.poll()}):\n"
+                    + log.read_text(errors="replace")[-6000:]
+                )
+            time.sleep(1)
+        yield ApiServer(base_url=base, model=model, log_path=log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
