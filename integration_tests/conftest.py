@@ -12,17 +12,17 @@ import os
 # path and the server are exercised by tests that start their own processes.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from collections.abc import Iterator  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import pytest  # noqa: E402
+import pytest
 
-from grammar_guard.demo.tiny_model import (  # noqa: E402
+from grammar_guard.demo.tiny_model import (
     ENGINE_KWARGS,
     apply_engine_env,
     build_tiny_model,
 )
-from integration_tests.server import ApiServer, start_api_server  # noqa: E402
+from integration_tests.server import ApiServer, start_api_server
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -61,5 +61,10 @@ def api_server(tiny_model: str) -> Iterator[ApiServer]:
         "grammar-guard",
         "--structured-outputs-config.disable_any_whitespace",
         "true",
+        # tool_choice="required" needs a tool parser; hermes makes vLLM send
+        # the tool-call format as a structural tag.
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
     ) as server:
         yield server

@@ -42,7 +42,11 @@ def main(model: str) -> None:
     ]
     outputs = llm.generate(["Answer: "] * len(params), params, use_tqdm=False)
     results = [
-        {"case": case.name, "text": out.outputs[0].text, "finish_reason": out.outputs[0].finish_reason}
+        {
+            "case": case.name,
+            "text": out.outputs[0].text,
+            "finish_reason": out.outputs[0].finish_reason,
+        }
         for case, out in zip([c for c in CASES for _ in (1, 2)], outputs, strict=True)
     ]
     report = {"engine_client": type(llm.llm_engine.engine_core).__name__, "results": results}

@@ -26,7 +26,9 @@ def _params(structured_outputs: dict[str, Any] | None, *, seed: int, max_tokens:
         max_tokens=max_tokens,
         temperature=1.0,
         seed=seed,
-        structured_outputs=StructuredOutputsParams(**structured_outputs) if structured_outputs else None,
+        structured_outputs=StructuredOutputsParams(**structured_outputs)
+        if structured_outputs
+        else None,
     )
 
 
@@ -74,7 +76,9 @@ def test_json_object_is_an_object_or_a_valid_prefix(llm: LLM) -> None:
 
 
 def test_output_cut_by_max_tokens_is_a_valid_prefix(llm: LLM) -> None:
-    outputs = _generate(llm, [_params({"json": PERSON_SCHEMA}, seed=seed, max_tokens=6) for seed in SEEDS])
+    outputs = _generate(
+        llm, [_params({"json": PERSON_SCHEMA}, seed=seed, max_tokens=6) for seed in SEEDS]
+    )
     for output in outputs:
         completion = output.outputs[0]
         assert completion.finish_reason == "length"
@@ -92,7 +96,9 @@ def test_whitespace_variants_of_a_schema_share_one_compiled_grammar(llm: LLM) ->
         _generate(llm, [_params({"json": schema}, seed=0)])
         backend = _structured_output_manager(llm).backend
     before = len(backend._cache)
-    outputs = _generate(llm, [_params({"json": spaced}, seed=1), _params({"json": compact}, seed=2)])
+    outputs = _generate(
+        llm, [_params({"json": spaced}, seed=1), _params({"json": compact}, seed=2)]
+    )
     assert len(backend._cache) <= before + 1
     for output in outputs:
         assert json.loads(output.outputs[0].text)["k"] in ("p", "q")
@@ -110,7 +116,7 @@ BAD_REQUESTS = [
     pytest.param({"json": '{"type": "objectx"}'}, "objectx", id="unknown-type"),
     pytest.param({"json": '{"type": "object",'}, "not valid JSON", id="malformed-json"),
     pytest.param({"regex": "(ab"}, "parenthesis", id="unclosed-regex"),
-    pytest.param({"grammar": 'root ::= missing'}, "missing", id="undefined-ebnf-rule"),
+    pytest.param({"grammar": "root ::= missing"}, "missing", id="undefined-ebnf-rule"),
     pytest.param({"grammar": "start: nowhere"}, "nowhere", id="undefined-lark-rule"),
     pytest.param({"regex": "a\x00b"}, "U+0000", id="nul-byte"),
     pytest.param({"json": "[" * 5000 + "]" * 5000}, "nested", id="deep-nesting"),

@@ -61,10 +61,8 @@ def test_server_flag_in_dotted_form(tiny_model: str) -> None:
 
 
 def test_server_flag_in_json_form(tiny_model: str) -> None:
-    report = _run(
-        PARSE_CLI, tiny_model,
-        "--structured-outputs-config", '{"backend": "grammar-guard", "disable_any_whitespace": true}',
-    )  # fmt: skip
+    flag = '{"backend": "grammar-guard", "disable_any_whitespace": true}'
+    report = _run(PARSE_CLI, tiny_model, "--structured-outputs-config", flag)
     assert report == {"backend": "grammar-guard", "compact": True}
 
 

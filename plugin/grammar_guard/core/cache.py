@@ -39,13 +39,17 @@ class CompileCache(Generic[K, V]):
     def get(self, key: K) -> Future[V]:
         with self._lock:
             future = self._entries.get(key)
-            if future is not None:
+            if future is not None and not future.cancelled():
                 self._entries.move_to_end(key)
                 return future
             future = Future()
             self._entries[key] = future
             self._evict_finished()
-        self._executor.submit(self._compile_into, key, future)
+        try:
+            self._executor.submit(self._compile_into, key, future)
+        except RuntimeError as exc:  # the executor is shut down
+            self._forget(key, future)
+            future.set_exception(exc)
         return future
 
     def __len__(self) -> int:
@@ -53,9 +57,15 @@ class CompileCache(Generic[K, V]):
             return len(self._entries)
 
     def clear(self) -> None:
-        """Forget finished entries; in-flight compiles still resolve their waiters."""
+        """Forget finished entries; in-flight ones stay so their key still compiles once."""
         with self._lock:
-            self._entries.clear()
+            for key in [k for k, f in self._entries.items() if f.done()]:
+                del self._entries[key]
+
+    def _forget(self, key: K, future: Future[V]) -> None:
+        with self._lock:
+            if self._entries.get(key) is future:
+                del self._entries[key]
 
     def _evict_finished(self) -> None:
         # In-flight entries are never evicted: their waiters and the
@@ -68,10 +78,8 @@ class CompileCache(Generic[K, V]):
 
     def _compile_into(self, key: K, future: Future[V]) -> None:
         if not future.set_running_or_notify_cancel():
-            # A caller cancelled the shared future; let the next request retry.
-            with self._lock:
-                if self._entries.get(key) is future:
-                    del self._entries[key]
+            # A caller cancelled the shared future; the next request compiles anew.
+            self._forget(key, future)
             return
         try:
             value = self._compile_fn(key)

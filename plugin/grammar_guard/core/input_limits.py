@@ -8,7 +8,6 @@ cheap, pure Python and run in the API process before anything is compiled.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from grammar_guard.core.errors import InvalidGrammarError
 
@@ -36,13 +35,41 @@ def check_text(field: str, text: str) -> None:
         )
 
 
-def check_json_depth(field: str, document: str | dict[str, Any] | list[Any]) -> None:
-    """Reject nesting deeper than :data:`MAX_JSON_DEPTH` without recursing."""
-    depth = _text_depth(document) if isinstance(document, str) else _value_depth(document)
-    if depth > MAX_JSON_DEPTH:
-        raise InvalidGrammarError(
-            f"{field} is nested more than {MAX_JSON_DEPTH} levels deep"
-        )
+def check_json_depth(field: str, text: str) -> None:
+    """Reject JSON text nested deeper than :data:`MAX_JSON_DEPTH` before it is parsed.
+
+    The parser itself recurses, so this has to run on the raw text.
+    """
+    if _text_depth(text) > MAX_JSON_DEPTH:
+        raise _too_deep(field)
+
+
+def check_json_value(field: str, document: object) -> None:
+    """Check a parsed (or caller-built) JSON value: depth and every string in it.
+
+    Walks without recursion, so a hostile nesting depth (or a cycle) ends in
+    a refusal, not a ``RecursionError``. Strings are checked here because a
+    control character written as a JSON escape only exists once decoded.
+    """
+    pending: list[tuple[object, int]] = [(document, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, str):
+            check_text(field, node)
+            continue
+        if isinstance(node, dict):
+            children: list[object] = [*node.keys(), *node.values()]
+        elif isinstance(node, list | tuple):
+            children = list(node)
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise _too_deep(field)
+        pending.extend((child, depth + 1) for child in children)
+
+
+def _too_deep(field: str) -> InvalidGrammarError:
+    return InvalidGrammarError(f"{field} is nested more than {MAX_JSON_DEPTH} levels deep")
 
 
 def _text_depth(text: str) -> int:
@@ -53,22 +80,4 @@ def _text_depth(text: str) -> int:
             deepest = max(deepest, depth)
         else:
             depth -= 1
-    return deepest
-
-
-def _value_depth(value: Any) -> int:
-    deepest = 0
-    pending: list[tuple[Any, int]] = [(value, 1)]
-    while pending:
-        node, depth = pending.pop()
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
-            return deepest
-        pending.extend((child, depth + 1) for child in children)
     return deepest

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.input_limits import check_json_depth, check_text
+from grammar_guard.core.input_limits import check_json_depth, check_json_value, check_text
 
 
 class RequestKind(enum.Enum):
@@ -29,7 +29,11 @@ class RequestKind(enum.Enum):
 
     @property
     def takes_json_options(self) -> bool:
-        return self in (RequestKind.JSON_SCHEMA, RequestKind.JSON_OBJECT)
+        return self in (
+            RequestKind.JSON_SCHEMA,
+            RequestKind.JSON_OBJECT,
+            RequestKind.STRUCTURAL_TAG,
+        )
 
     @property
     def text_is_json(self) -> bool:
@@ -38,7 +42,7 @@ class RequestKind(enum.Enum):
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """Options that change a compiled JSON grammar."""
+    """Options that change a compiled JSON grammar (also JSON inside structural tags)."""
 
     # False: compact JSON only (no whitespace between tokens), which keeps a
     # weak model from padding its output with whitespace until max_tokens.
@@ -56,7 +60,10 @@ class GrammarSpec:
 
     @classmethod
     def build(
-        cls, kind: RequestKind, source: str | dict[str, Any] | list[Any] | None, options: CompileOptions
+        cls,
+        kind: RequestKind,
+        source: str | dict[str, Any] | list[Any] | None,
+        options: CompileOptions,
     ) -> GrammarSpec:
         """Validate the raw request input and put it in canonical form.
 
@@ -91,21 +98,20 @@ def _canonical_json(kind: RequestKind, source: str | dict[str, Any] | list[Any] 
         check_json_depth(kind.value, source)
         try:
             document = json.loads(source)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # also Python's limit on integer digits
             raise InvalidGrammarError(f"{kind.value} is not valid JSON: {exc}") from exc
     elif isinstance(source, dict | list):
         document = source
-        check_json_depth(kind.value, document)
     else:
         raise InvalidGrammarError(
             f"{kind.value} must be JSON text or a JSON value, got {type(source).__name__}"
         )
+    check_json_value(kind.value, document)
     try:
         text = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidGrammarError(f"{kind.value} is not serialisable as JSON: {exc}") from exc
-    # Escapes such as \u0000 only become real control characters once decoded.
-    check_text(kind.value, text)
+    check_text(kind.value, text)  # the size limit, for values built by the caller
     if kind is RequestKind.JSON_SCHEMA and not isinstance(document, dict | bool):
         raise InvalidGrammarError(
             f"json_schema must be a JSON object or boolean, got {type(document).__name__}"

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 # xgrammar prefixes native errors with "[hh:mm:ss] /path/file.cc:123: ".
 _NATIVE_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
-_EBNF_RULE = re.compile(r"::=")
+# An EBNF rule definition: a rule name at the start of a line, then "::=".
+_EBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*::=")
 _GRAMMAR_COMMENT = re.compile(r"(#|//).*$")
 # Compact JSON: xgrammar needs the separators as well as any_whitespace=False.
 _COMPACT_SEPARATORS = (",", ":")
@@ -37,10 +38,7 @@ def _reason(exc: BaseException) -> str:
 
 def grammar_is_lark(text: str) -> bool:
     """EBNF (GBNF) rules are written ``name ::= ...``; anything else is read as Lark."""
-    for line in text.splitlines():
-        if _EBNF_RULE.search(_GRAMMAR_COMMENT.sub("", line)):
-            return False
-    return True
+    return not any(_EBNF_RULE.match(_GRAMMAR_COMMENT.sub("", line)) for line in text.splitlines())
 
 
 def choice_as_ebnf(choices: Sequence[str]) -> str:
@@ -92,7 +90,9 @@ class XGrammarEngine:
         )
 
     @classmethod
-    def for_hf_tokenizer(cls, tokenizer: Any, vocab_size: int, *, compile_threads: int) -> XGrammarEngine:
+    def for_hf_tokenizer(
+        cls, tokenizer: Any, vocab_size: int, *, compile_threads: int
+    ) -> XGrammarEngine:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         return cls(info, compile_threads=compile_threads)
 
@@ -129,7 +129,9 @@ class XGrammarEngine:
         try:
             return XGrammarCompiled(self._compiler.compile_grammar(grammar))
         except Exception as exc:  # native code reports every failure as RuntimeError
-            raise InvalidGrammarError(f"{spec.kind.value} failed to compile: {_reason(exc)}") from exc
+            raise InvalidGrammarError(
+                f"{spec.kind.value} failed to compile: {_reason(exc)}"
+            ) from exc
 
     def new_matcher(
         self,
@@ -173,14 +175,27 @@ def _grammar(spec: GrammarSpec) -> xgr.Grammar:
 
 def _structural_tag(spec: GrammarSpec) -> xgr.Grammar:
     tag = json.loads(spec.text)
-    if "structures" not in tag:
-        return xgr.Grammar.from_structural_tag(spec.text)
-    # The older form vLLM still accepts: {"structures": [...], "triggers": [...]}.
+    if "structures" in tag:
+        tag = _legacy_tag_as_triggered_tags(tag)
+    if not spec.options.any_whitespace:
+        _bound_json_whitespace(tag)
+    return xgr.Grammar.from_structural_tag(json.dumps(tag))
+
+
+def _legacy_tag_as_triggered_tags(tag: dict[str, Any]) -> dict[str, Any]:
+    """The older form vLLM still accepts, ``{"structures": [...], "triggers": [...]}``.
+
+    It means free text in which each trigger opens one of the tags, which is
+    what a ``triggered_tags`` format says in the current form.
+    """
     try:
-        items = [
-            xgr.StructuralTagItem(
-                begin=item["begin"], schema=json.dumps(item["schema"]), end=item["end"]
-            )
+        tags = [
+            {
+                "type": "tag",
+                "begin": item["begin"],
+                "content": {"type": "json_schema", "json_schema": item["schema"]},
+                "end": item["end"],
+            }
             for item in tag["structures"]
         ]
         triggers = list(tag["triggers"])
@@ -189,7 +204,32 @@ def _structural_tag(spec: GrammarSpec) -> xgr.Grammar:
             "structural_tag with 'structures' needs 'triggers' and, per structure, "
             f"'begin', 'schema' and 'end' (missing {exc})"
         ) from exc
-    return xgr.Grammar.from_structural_tag(items, triggers)
+    return {
+        "type": "structural_tag",
+        "format": {"type": "triggered_tags", "triggers": triggers, "tags": tags},
+    }
+
+
+def _bound_json_whitespace(node: Any) -> None:
+    """Give JSON contents of a structural tag the server's compact-JSON setting.
+
+    xgrammar has no zero-whitespace mode inside structural tags; one
+    whitespace character at a time is its tightest bound, and it stops a weak
+    model from filling a tool call with whitespace. A bound the client set
+    itself is kept.
+    """
+    if isinstance(node, list):
+        for item in node:
+            _bound_json_whitespace(item)
+        return
+    if not isinstance(node, dict):
+        return
+    is_json_content = node.get("type") == "json_schema" and node.get("style", "json") == "json"
+    if is_json_content and node.get("max_whitespace_cnt") is None:  # vLLM sends explicit nulls
+        node["max_whitespace_cnt"] = 1
+    for key, value in node.items():
+        if key != "json_schema":  # a schema, not a format: leave it as written
+            _bound_json_whitespace(value)
 
 
 _PARSERS = {

@@ -60,7 +60,10 @@ EBNF_AS_LARK = 'start: "call(" ARG ("," ARG)? ")"\nARG: /[a-z][0-9]/'
 LARK_GRAMMAR = 'start: "sum " NUM " + " NUM\nNUM: /[0-9]{1,3}/'
 TAG_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"city": {"enum": ["Oslo", "Lima"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "properties": {
+        "city": {"enum": ["Oslo", "Lima"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
     "required": ["city", "days"],
     "additionalProperties": False,
 }
@@ -69,9 +72,7 @@ STRUCTURAL_TAG = {
     "format": {
         "type": "tag",
         "begin": "<weather>",
-        # disable_any_whitespace covers json_schema requests; inside a
-        # structural tag the client bounds whitespace itself.
-        "content": {"type": "json_schema", "json_schema": TAG_JSON_SCHEMA, "max_whitespace_cnt": 1},
+        "content": {"type": "json_schema", "json_schema": TAG_JSON_SCHEMA},
         "end": "</weather>",
     },
 }

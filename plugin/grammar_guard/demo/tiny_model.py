@@ -54,8 +54,12 @@ def build_tiny_model(target: Path | None = None) -> Path:
     vocab_size = len(json.loads((staging / "tokenizer.json").read_text())["model"]["vocab"])
     added = json.loads((staging / "tokenizer.json").read_text())["added_tokens"]
     vocab_size = max([vocab_size] + [t["id"] + 1 for t in added])
-    eos_id = next(t["id"] for t in added if t["content"] == tokenizer_config["eos_token"]["content"])
-    bos_id = next(t["id"] for t in added if t["content"] == tokenizer_config["bos_token"]["content"])
+    eos_id = next(
+        t["id"] for t in added if t["content"] == tokenizer_config["eos_token"]["content"]
+    )
+    bos_id = next(
+        t["id"] for t in added if t["content"] == tokenizer_config["bos_token"]["content"]
+    )
 
     config = LlamaConfig(
         vocab_size=vocab_size,

@@ -45,7 +45,9 @@ def build_engine(tokenizer: object, vocab_size: int) -> GrammarEngine:
             add_prefix_space=True,
             compile_threads=_compile_threads(),
         )
-    return XGrammarEngine.for_hf_tokenizer(tokenizer, vocab_size, compile_threads=_compile_threads())
+    return XGrammarEngine.for_hf_tokenizer(
+        tokenizer, vocab_size, compile_threads=_compile_threads()
+    )
 
 
 @dataclass
@@ -110,7 +112,9 @@ class GuardedGrammar(StructuredOutputGrammar):
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         if self._fault is not None:
-            logger.error("Ending request %s: its grammar failed earlier (%s)", request_id, self._fault)
+            logger.error(
+                "Ending request %s: its grammar failed earlier (%s)", request_id, self._fault
+            )
             return False
         if self._terminated:
             return True
@@ -118,7 +122,10 @@ class GuardedGrammar(StructuredOutputGrammar):
             for token in tokens:
                 if not self._matcher.accept_token(token):
                     logger.error(
-                        "Grammar %s rejected token %d for request %s", self._label, token, request_id
+                        "Grammar %s rejected token %d for request %s",
+                        self._label,
+                        token,
+                        request_id,
                     )
                     return False
                 if self._matcher.is_terminated():

@@ -64,7 +64,9 @@ def _mark(wrapper: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _wrap_method(owner: type, name: str, make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+def _wrap_method(
+    owner: type, name: str, make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> None:
     original = getattr(owner, name)
     if _is_patched(original):
         return

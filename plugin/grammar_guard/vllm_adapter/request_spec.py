@@ -29,7 +29,9 @@ def compile_options(config: StructuredOutputsConfig) -> CompileOptions:
     return CompileOptions(any_whitespace=not config.disable_any_whitespace)
 
 
-def spec_from_key(option: StructuredOutputOptions, text: str, options: CompileOptions) -> GrammarSpec:
+def spec_from_key(
+    option: StructuredOutputOptions, text: str, options: CompileOptions
+) -> GrammarSpec:
     return GrammarSpec.build(_KIND_BY_OPTION[option], text, options)
 
 

@@ -1,0 +1,90 @@
+"""Shared fixtures: a tiny real xgrammar tokenizer, so engine tests run in milliseconds.
+
+Every character the tests need is its own token, so a text is driven through a
+matcher one character at a time; a few multi-character tokens (``yes``,
+``</s>``, ``<eot>``) check that longer tokens work too.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import xgrammar as xgr
+
+from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
+
+EOS = "</s>"
+EOT = "<eot>"
+
+VOCAB: tuple[str, ...] = (
+    *'{}[]":,. \n\t\\<>/-_',
+    *string.digits,
+    *string.ascii_lowercase,
+    "yes",
+    "no",
+    "true",
+    EOS,
+    EOT,
+)
+
+COMPACT = CompileOptions(any_whitespace=False)
+DEFAULT = CompileOptions()
+
+
+@dataclass(frozen=True)
+class SmallTokenizer:
+    """A real :class:`XGrammarEngine` over :data:`VOCAB` plus helpers to drive it."""
+
+    engine: XGrammarEngine
+    vocab: tuple[str, ...]
+
+    @property
+    def eos(self) -> int:
+        return self.id(EOS)
+
+    @property
+    def eot(self) -> int:
+        return self.id(EOT)
+
+    def id(self, token: str) -> int:
+        return self.vocab.index(token)
+
+    def ids(self, text: str) -> list[int]:
+        """One token per character."""
+        return [self.id(char) for char in text]
+
+    def spec(
+        self,
+        kind: RequestKind,
+        source: str | dict[str, Any] | list[Any] | None,
+        options: CompileOptions = DEFAULT,
+    ) -> GrammarSpec:
+        return GrammarSpec.build(kind, source, options)
+
+    def matcher(
+        self, spec: GrammarSpec, *, stop_token_ids: Iterable[int] | None = None
+    ) -> XGrammarMatcher:
+        compiled = self.engine.compile(spec)
+        stops = None if stop_token_ids is None else list(stop_token_ids)
+        return self.engine.new_matcher(compiled, stop_token_ids=stops, max_rollback_tokens=0)
+
+    def accepts_all(self, matcher: XGrammarMatcher, tokens: Sequence[int]) -> bool:
+        return all(matcher.accept_token(token) for token in tokens)
+
+    def matches(self, spec: GrammarSpec, text: str) -> bool:
+        """Whether ``text`` followed by the stop token is a complete match of ``spec``."""
+        matcher = self.matcher(spec)
+        if not self.accepts_all(matcher, self.ids(text)):
+            return False
+        return matcher.accept_token(self.eos) and matcher.is_terminated()
+
+
+@pytest.fixture(scope="session")
+def small() -> SmallTokenizer:
+    info = xgr.TokenizerInfo(encoded_vocab=list(VOCAB), stop_token_ids=[VOCAB.index(EOS)])
+    return SmallTokenizer(XGrammarEngine(info, compile_threads=1), VOCAB)

@@ -1,0 +1,240 @@
+"""Input that could crash or stall native code is refused before it gets there."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.input_limits import MAX_GRAMMAR_CHARS, MAX_JSON_DEPTH
+from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+
+OPTIONS = CompileOptions()
+
+
+def build(kind: RequestKind, source: Any) -> GrammarSpec:
+    return GrammarSpec.build(kind, source, OPTIONS)
+
+
+def refusal(kind: RequestKind, source: Any) -> str:
+    with pytest.raises(InvalidGrammarError) as info:
+        build(kind, source)
+    return info.value.reason
+
+
+def nested_object_text(depth: int) -> str:
+    """A JSON schema text whose objects nest exactly ``depth`` levels."""
+    return '{"a":' * (depth - 1) + "{}" + "}" * (depth - 1)
+
+
+def nested_dict(depth: int) -> dict[str, Any]:
+    """A dict nested exactly ``depth`` levels, built without recursion."""
+    root: dict[str, Any] = {}
+    node = root
+    for _ in range(depth - 1):
+        child: dict[str, Any] = {}
+        node["a"] = child
+        node = child
+    return root
+
+
+def nested_list(depth: int) -> list[Any]:
+    root: list[Any] = []
+    node = root
+    for _ in range(depth - 1):
+        child: list[Any] = []
+        node.append(child)
+        node = child
+    node.append("x")
+    return root
+
+
+# --- control characters -----------------------------------------------------------
+
+CONTROL_CHARS = ["\x00", "\x01", "\x08", "\x0b", "\x0c", "\x0e", "\x1b", "\x1f", "\x7f"]
+
+
+@pytest.mark.parametrize("char", CONTROL_CHARS)
+@pytest.mark.parametrize(
+    ("kind", "template"),
+    [
+        (RequestKind.REGEX, "ab{}c"),
+        (RequestKind.GRAMMAR, 'root ::= "ab{}c"'),
+        (RequestKind.JSON_SCHEMA, '{{"title": "ab{}c"}}'),
+        (RequestKind.CHOICE, '["ab{}c"]'),
+    ],
+)
+def test_raw_control_character_is_refused_naming_it(
+    kind: RequestKind, template: str, char: str
+) -> None:
+    source = template.format(char)
+    reason = refusal(kind, source)
+    assert f"U+{ord(char):04X}" in reason
+    assert kind.value in reason
+    assert f"offset {source.index(char)}" in reason
+
+
+@pytest.mark.parametrize("code_point", [0x00, 0x01, 0x1F, 0x7F])
+def test_control_character_as_json_escape_is_refused(code_point: int) -> None:
+    # The text itself is clean ASCII; the control character only exists once decoded.
+    escape = f"\\u{code_point:04x}"
+    source = '{"type": "string", "description": "ab' + escape + 'c"}'
+    assert all(ord(char) >= 0x20 for char in source)
+    assert f"U+{code_point:04X}" in refusal(RequestKind.JSON_SCHEMA, source)
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        (RequestKind.JSON_SCHEMA, {"type": "string", "const": "a\x00b"}),
+        (RequestKind.CHOICE, ["ok", "a\x00b"]),
+        (RequestKind.CHOICE, '["ok", "a\\u0000b"]'),
+        (
+            RequestKind.STRUCTURAL_TAG,
+            {"type": "structural_tag", "format": {"type": "const_string", "value": "a\x00"}},
+        ),
+    ],
+)
+def test_nul_inside_a_json_value_is_refused(kind: RequestKind, source: Any) -> None:
+    assert "U+0000" in refusal(kind, source)
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        (RequestKind.REGEX, "a\tb\nc\r\n"),
+        (RequestKind.GRAMMAR, 'root ::= "a"\n\t| "b"\r\n'),
+        (RequestKind.JSON_SCHEMA, '{\n\t"type": "string",\r\n\t"pattern": "a\\tb\\nc"\n}'),
+        (RequestKind.JSON_SCHEMA, {"type": "string", "const": "tab\there\nnewline\r"}),
+        (RequestKind.CHOICE, ["line one\nline two", "a\tb"]),
+    ],
+)
+def test_tab_newline_and_carriage_return_are_allowed(kind: RequestKind, source: Any) -> None:
+    spec = build(kind, source)
+    if kind.text_is_json:
+        decoded = source if not isinstance(source, str) else json.loads(source)
+        assert json.loads(spec.text) == decoded
+    else:
+        assert spec.text == source
+
+
+# --- size -----------------------------------------------------------------------
+
+
+def test_text_at_the_size_limit_is_allowed() -> None:
+    assert len(build(RequestKind.REGEX, "a" * MAX_GRAMMAR_CHARS).text) == MAX_GRAMMAR_CHARS
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        (RequestKind.REGEX, "a" * (MAX_GRAMMAR_CHARS + 1)),
+        (RequestKind.GRAMMAR, 'root ::= "' + "a" * MAX_GRAMMAR_CHARS + '"'),
+        (RequestKind.JSON_SCHEMA, '{"title": "' + "a" * MAX_GRAMMAR_CHARS + '"}'),
+        # Under the limit as Python values, over it once serialised.
+        (RequestKind.JSON_SCHEMA, {"title": "a" * MAX_GRAMMAR_CHARS}),
+        (RequestKind.CHOICE, ["a" * (MAX_GRAMMAR_CHARS // 2)] * 2),
+    ],
+)
+def test_text_over_the_size_limit_is_refused(kind: RequestKind, source: Any) -> None:
+    reason = refusal(kind, source)
+    assert kind.value in reason
+    assert str(MAX_GRAMMAR_CHARS) in reason
+    # The refusal never echoes the oversized input.
+    assert len(reason) < 200
+
+
+# --- nesting depth ----------------------------------------------------------------
+
+
+def test_nesting_at_the_limit_is_allowed() -> None:
+    as_text = build(RequestKind.JSON_SCHEMA, nested_object_text(MAX_JSON_DEPTH))
+    as_dict = build(RequestKind.JSON_SCHEMA, nested_dict(MAX_JSON_DEPTH))
+    assert as_text == as_dict
+
+
+@pytest.mark.parametrize(
+    "source",
+    [nested_object_text(MAX_JSON_DEPTH + 1), nested_dict(MAX_JSON_DEPTH + 1)],
+    ids=["text", "dict"],
+)
+def test_nesting_one_over_the_limit_is_refused(source: Any) -> None:
+    reason = refusal(RequestKind.JSON_SCHEMA, source)
+    assert "json_schema" in reason
+    assert f"more than {MAX_JSON_DEPTH} levels" in reason
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        (RequestKind.JSON_SCHEMA, "[" * 100_000),
+        (RequestKind.JSON_SCHEMA, "[" * 100_000 + "]" * 100_000),
+        (RequestKind.JSON_SCHEMA, '{"a":' * 100_000 + "{}" + "}" * 100_000),
+        (RequestKind.CHOICE, "[" * 100_000 + '"a"' + "]" * 100_000),
+        (RequestKind.STRUCTURAL_TAG, "{" * 100_000),
+    ],
+    ids=["open-brackets", "balanced-brackets", "objects", "choice", "structural-tag"],
+)
+def test_very_deep_text_is_refused_without_recursion(kind: RequestKind, source: str) -> None:
+    # A RecursionError would fail this test: pytest.raises only catches InvalidGrammarError.
+    assert "levels" in refusal(kind, source)
+
+
+@pytest.mark.parametrize(
+    ("kind", "make"),
+    [
+        (RequestKind.JSON_SCHEMA, lambda: nested_dict(10_000)),
+        (RequestKind.JSON_SCHEMA, lambda: {"type": "array", "default": nested_list(10_000)}),
+        (RequestKind.CHOICE, lambda: nested_list(10_000)),
+        (RequestKind.STRUCTURAL_TAG, lambda: nested_dict(10_000)),
+    ],
+    ids=["dict", "list-in-dict", "choice", "structural-tag"],
+)
+def test_very_deep_python_value_is_refused_without_recursion(kind: RequestKind, make: Any) -> None:
+    assert "levels" in refusal(kind, make())
+
+
+def test_self_referencing_dict_is_refused() -> None:
+    looped: dict[str, Any] = {"type": "object"}
+    looped["properties"] = {"self": looped}
+    assert "levels" in refusal(RequestKind.JSON_SCHEMA, looped)
+
+
+def test_deep_tuples_are_counted_like_lists() -> None:
+    # json.dumps writes tuples as arrays, so they nest the document as deeply.
+    deep: Any = "x"
+    for _ in range(10_000):
+        deep = (deep,)
+    assert "levels" in refusal(RequestKind.JSON_SCHEMA, {"type": "string", "enum": [deep]})
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        '{"description": "' + "[" * 1000 + "{" * 1000 + '"}',
+        '{"description": "' + "]" * 1000 + '", "title": "' + "[" * 1000 + '"}',
+        # Escaped quotes do not end the string early.
+        '{"description": "\\"' + "[" * 1000 + '\\""}',
+        # An escaped backslash right before the closing quote does end it.
+        '{"description": "\\\\", "title": "' + "{" * 1000 + '"}',
+        '{"type": "string", "pattern": "' + "(" * 500 + "[a]" * 500 + ")" * 500 + '"}',
+    ],
+    ids=["open", "mixed", "escaped-quote", "escaped-backslash", "pattern"],
+)
+def test_brackets_inside_strings_do_not_count(source: str) -> None:
+    spec = build(RequestKind.JSON_SCHEMA, source)
+    assert json.loads(spec.text) == json.loads(source)
+
+
+def test_brackets_in_dict_keys_and_values_do_not_count() -> None:
+    source = {"[" * 200: "{" * 200, "title": "]" * 200}
+    assert json.loads(build(RequestKind.JSON_SCHEMA, source).text) == source
+
+
+def test_depth_counts_after_a_string_ends() -> None:
+    # Depth 1 inside the string, then really nested past the limit.
+    inner = nested_object_text(MAX_JSON_DEPTH)
+    source = '{"description": "[[[[", "x": ' + inner + "}"
+    assert "levels" in refusal(RequestKind.JSON_SCHEMA, source)

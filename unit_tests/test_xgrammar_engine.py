@@ -1,0 +1,393 @@
+"""XGrammarEngine against real xgrammar, with the small tokenizer from conftest."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import torch
+
+from grammar_guard.core.bitmask import allocate_bitmask, words_per_row
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher, grammar_is_lark
+
+if TYPE_CHECKING:
+    from conftest import SmallTokenizer
+
+COMPACT = CompileOptions(any_whitespace=False)
+DEFAULT = CompileOptions()
+
+INT_SCHEMA = {"type": "integer"}
+OBJECT_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}},
+    "required": ["a"],
+    "additionalProperties": False,
+}
+LEGACY_TAG = {
+    "structures": [{"begin": "<a>", "schema": INT_SCHEMA, "end": "</a>"}],
+    "triggers": ["<a"],
+}
+NEW_TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "tag",
+        "begin": "<a>",
+        "content": {"type": "json_schema", "json_schema": INT_SCHEMA},
+        "end": "</a>",
+    },
+}
+TRICKY_CHOICES = ['say "hi"', "back\\slash", "two\nlines", "yes"]
+
+# kind, source, texts that must match completely, texts that must not
+CASES: list[tuple[str, RequestKind, Any, list[str], list[str]]] = [
+    (
+        "json-schema",
+        RequestKind.JSON_SCHEMA,
+        OBJECT_SCHEMA,
+        ['{"a":12}', '{ "a" : -3 }'],
+        ['{"b":1}', '{"a":"x"}', '{"a":1,"b":2}'],
+    ),
+    ("json-object", RequestKind.JSON_OBJECT, None, ['{"x":[1,true]}', "{}"], ["[1]", '"a"']),
+    ("regex", RequestKind.REGEX, "[a-c]+x", ["abx", "cx"], ["adx", "x", "ab"]),
+    (
+        "choice",
+        RequestKind.CHOICE,
+        TRICKY_CHOICES,
+        TRICKY_CHOICES,
+        ["say hi", 'say "hi', "back/slash", "backslash", "two lines", "ye"],
+    ),
+    (
+        "ebnf",
+        RequestKind.GRAMMAR,
+        'root ::= "a" item*\nitem ::= "b" | "c"',
+        ["a", "abcb"],
+        ["ad", "b"],
+    ),
+    ("lark", RequestKind.GRAMMAR, 'start: "a" item*\nitem: "b" | "c"', ["a", "acbc"], ["ad", "c"]),
+    (
+        "structural-tag-legacy",
+        RequestKind.STRUCTURAL_TAG,
+        LEGACY_TAG,
+        ["", "free text", "hi<a>12</a>", "<a>1</a>x<a>2</a>"],
+        ["<a>x</a>", "<a>1</b>"],
+    ),
+    (
+        "structural-tag",
+        RequestKind.STRUCTURAL_TAG,
+        NEW_TAG,
+        ["<a>7</a>", "<a>-10</a>"],
+        ["x<a>7</a>", "<a>7</a>x", "<a>q</a>"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "good", "bad"), [case[1:] for case in CASES], ids=[c[0] for c in CASES]
+)
+def test_every_kind_compiles_and_is_enforced(
+    small: SmallTokenizer, kind: RequestKind, source: Any, good: list[str], bad: list[str]
+) -> None:
+    spec = small.spec(kind, source)
+    XGrammarEngine.check(spec)  # the API-process check needs no tokenizer
+    compiled = small.engine.compile(spec)
+    assert compiled.memory_bytes > 0
+    for text in good:
+        assert small.matches(spec, text), f"{text!r} should match"
+    for text in bad:
+        assert not small.matches(spec, text), f"{text!r} should not match"
+
+
+def test_vocab_size(small: SmallTokenizer) -> None:
+    assert small.engine.vocab_size == len(small.vocab)
+
+
+# --- EBNF or Lark -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "lark"),
+    [
+        ('root ::= "a"', False),
+        ('start: "a"', True),
+        ('root ::= "a" | b\nb ::= "c"', False),
+        ('# root ::= "a" is what EBNF would say\nstart: "a"', True),
+        ('// root ::= "a"\nstart: "a"', True),
+        ('start: "a"  // not root ::= "a"', True),
+        ('# header comment\nroot ::= "a"  # trailing', False),
+        ('root ::= "#"', False),
+    ],
+)
+def test_grammar_is_lark(text: str, lark: bool) -> None:
+    assert grammar_is_lark(text) is lark
+
+
+def test_lark_grammar_with_commented_ebnf_compiles(small: SmallTokenizer) -> None:
+    spec = small.spec(RequestKind.GRAMMAR, '// root ::= "b"\nstart: "a"')
+    assert small.matches(spec, "a")
+    assert not small.matches(spec, "b")
+
+
+def test_ebnf_separator_inside_a_lark_string_literal(small: SmallTokenizer) -> None:
+    # Valid Lark for a language that itself uses "::=" (BNF, Pascal-like assignments).
+    text = 'start: "x" " ::= " "y"'
+    assert grammar_is_lark(text)
+    small.engine.check(small.spec(RequestKind.GRAMMAR, text))
+
+
+# --- errors -----------------------------------------------------------------------
+
+NATIVE_PREFIX = re.compile(r"\[\d\d:\d\d:\d\d\]|/project/|\.cc:\d+")
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "expected"),
+    [
+        (RequestKind.JSON_SCHEMA, '{"type": "foo"}', 'Unsupported type "foo"'),
+        (RequestKind.JSON_SCHEMA, {"properties": {"a": {"$ref": "#/nope"}}}, "nope"),
+        (RequestKind.REGEX, "[a-", "Unclosed '['"),
+        (RequestKind.REGEX, "(ab", "position"),
+        (RequestKind.GRAMMAR, 'root ::= "a', "string literal"),
+        (RequestKind.GRAMMAR, "root ::= missing", 'Rule "missing" is not defined'),
+        (RequestKind.GRAMMAR, 'start: "a', "unterminated string literal"),
+        (
+            RequestKind.STRUCTURAL_TAG,
+            {"type": "structural_tag", "format": {"type": "bogus"}},
+            "bogus",
+        ),
+        (
+            RequestKind.STRUCTURAL_TAG,
+            {"structures": [{"begin": "<a>"}], "triggers": ["<a"]},
+            "schema",
+        ),
+        (RequestKind.STRUCTURAL_TAG, {"structures": []}, "triggers"),
+    ],
+)
+def test_invalid_grammars_give_a_clean_reason(
+    small: SmallTokenizer, kind: RequestKind, source: Any, expected: str
+) -> None:
+    spec = small.spec(kind, source)
+    reasons = []
+    for step in (XGrammarEngine.check, small.engine.compile):
+        with pytest.raises(InvalidGrammarError) as info:
+            step(spec)
+        reasons.append(info.value.reason)
+    check_reason, compile_reason = reasons
+    assert check_reason == compile_reason  # one parse step for both
+    assert expected in check_reason
+    assert kind.value in check_reason
+    assert not NATIVE_PREFIX.search(check_reason), check_reason
+    assert "\n" not in check_reason
+
+
+# --- whitespace modes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"), [(RequestKind.JSON_SCHEMA, OBJECT_SCHEMA), (RequestKind.JSON_OBJECT, None)]
+)
+def test_compact_mode_refuses_whitespace(
+    small: SmallTokenizer, kind: RequestKind, source: Any
+) -> None:
+    compact = small.spec(kind, source, COMPACT)
+    default = small.spec(kind, source, DEFAULT)
+    assert small.matches(compact, '{"a":1}')
+    assert not small.matches(compact, '{"a": 1}')
+    assert not small.matches(compact, '{"a":1 }')
+    assert not small.matches(compact, '{\n"a":1}')
+    assert small.matches(default, '{"a":1}')
+    assert small.matches(default, '{"a": 1}')
+    assert small.matches(default, '{\n  "a" : 1\n}')
+
+
+def test_compact_mode_rejects_the_space_token_itself(small: SmallTokenizer) -> None:
+    matcher = small.matcher(small.spec(RequestKind.JSON_SCHEMA, OBJECT_SCHEMA, COMPACT))
+    assert small.accepts_all(matcher, small.ids('{"a":'))
+    assert not matcher.accept_token(small.id(" "))
+    assert matcher.accept_token(small.id("1"))
+
+
+# --- matcher ----------------------------------------------------------------------------
+
+
+def test_rollback_restores_state(small: SmallTokenizer) -> None:
+    matcher = small.matcher(small.spec(RequestKind.REGEX, "ab|cd"))
+    assert matcher.accept_token(small.id("a"))
+    assert not matcher.accept_token(small.id("c"))
+    matcher.rollback(1)
+    assert matcher.accept_token(small.id("c"))  # back at the start
+    assert matcher.accept_token(small.id("d"))
+    assert matcher.accept_token(small.eos)
+    assert matcher.is_terminated()
+    matcher.rollback(1)
+    assert not matcher.is_terminated()
+    matcher.rollback(2)
+    assert matcher.accept_token(small.id("a"))
+    assert matcher.accept_token(small.id("b"))
+
+
+def test_reset_returns_to_the_start(small: SmallTokenizer) -> None:
+    matcher = small.matcher(small.spec(RequestKind.REGEX, "ab"))
+    assert small.accepts_all(matcher, [*small.ids("ab"), small.eos])
+    assert matcher.is_terminated()
+    matcher.reset()
+    assert not matcher.is_terminated()
+    assert not matcher.accept_token(small.id("b"))
+    assert matcher.accept_token(small.id("a"))
+
+
+def allowed_by_bitmask(row: torch.Tensor, vocab_size: int) -> set[int]:
+    words = row.tolist()
+    return {t for t in range(vocab_size) if (words[t // 32] >> (t % 32)) & 1}
+
+
+def allowed_by_matcher(matcher: XGrammarMatcher, vocab_size: int) -> set[int]:
+    allowed = set()
+    for token in range(vocab_size):
+        if matcher.accept_token(token):
+            allowed.add(token)
+            matcher.rollback(1)
+    return allowed
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "options", "prefix"),
+    [
+        (RequestKind.JSON_SCHEMA, OBJECT_SCHEMA, DEFAULT, ""),
+        (RequestKind.JSON_SCHEMA, OBJECT_SCHEMA, DEFAULT, '{"a":'),
+        (RequestKind.JSON_SCHEMA, OBJECT_SCHEMA, COMPACT, '{"a":'),
+        (RequestKind.JSON_SCHEMA, OBJECT_SCHEMA, DEFAULT, '{"a":1'),
+        (RequestKind.REGEX, "[a-c]+x?", DEFAULT, "ab"),
+        (RequestKind.CHOICE, TRICKY_CHOICES, DEFAULT, "two"),
+        (RequestKind.CHOICE, TRICKY_CHOICES, DEFAULT, "back"),
+    ],
+)
+def test_fill_bitmask_sets_exactly_the_allowed_tokens(
+    small: SmallTokenizer, kind: RequestKind, source: Any, options: CompileOptions, prefix: str
+) -> None:
+    vocab_size = small.engine.vocab_size
+    matcher = small.matcher(small.spec(kind, source, options))
+    assert small.accepts_all(matcher, small.ids(prefix))
+    bitmask = allocate_bitmask(3, vocab_size)
+    assert bitmask.dtype == torch.int32
+    assert bitmask.shape == (3, words_per_row(vocab_size))
+    bitmask[1].zero_()
+    matcher.fill_bitmask(bitmask, 1)
+    expected = allowed_by_matcher(matcher, vocab_size)
+    assert 0 < len(expected) < vocab_size  # the check below means something
+    assert allowed_by_bitmask(bitmask[1], vocab_size) == expected
+    # Other rows are untouched (still all allowed).
+    assert bool((bitmask[0] == -1).all()) and bool((bitmask[2] == -1).all())
+
+
+def test_bitmask_allows_stop_token_only_when_complete(small: SmallTokenizer) -> None:
+    vocab_size = small.engine.vocab_size
+    matcher = small.matcher(small.spec(RequestKind.REGEX, "ab"))
+    bitmask = allocate_bitmask(1, vocab_size)
+    matcher.fill_bitmask(bitmask, 0)
+    assert allowed_by_bitmask(bitmask[0], vocab_size) == {small.id("a")}
+    assert small.accepts_all(matcher, small.ids("ab"))
+    matcher.fill_bitmask(bitmask, 0)
+    assert allowed_by_bitmask(bitmask[0], vocab_size) == {small.eos}
+
+
+def test_custom_stop_token_terminates(small: SmallTokenizer) -> None:
+    spec = small.spec(RequestKind.REGEX, "yes|no")
+
+    default = small.matcher(spec)
+    assert default.accept_token(small.id("yes"))
+    assert not default.accept_token(small.eot)
+    assert default.accept_token(small.eos)
+    assert default.is_terminated()
+
+    custom = small.matcher(spec, stop_token_ids=[small.eot])
+    assert custom.accept_token(small.id("no"))
+    assert not custom.is_terminated()
+    assert not custom.accept_token(small.eos)
+    bitmask = allocate_bitmask(1, small.engine.vocab_size)
+    custom.fill_bitmask(bitmask, 0)
+    assert allowed_by_bitmask(bitmask[0], small.engine.vocab_size) == {small.eot}
+    assert custom.accept_token(small.eot)
+    assert custom.is_terminated()
+
+
+def test_empty_stop_token_override_keeps_the_tokenizer_stop(small: SmallTokenizer) -> None:
+    matcher = small.matcher(small.spec(RequestKind.REGEX, "yes"), stop_token_ids=set())
+    assert matcher.accept_token(small.id("yes"))
+    assert matcher.accept_token(small.eos)
+    assert matcher.is_terminated()
+
+
+def test_compiled_grammars_are_independent_of_each_other(small: SmallTokenizer) -> None:
+    # Two matchers on one compiled grammar do not share state.
+    compiled = small.engine.compile(small.spec(RequestKind.REGEX, "ab"))
+    one = small.engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    two = small.engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    assert one.accept_token(small.id("a"))
+    assert not two.accept_token(small.id("b"))
+    assert two.accept_token(small.id("a"))
+
+
+def test_spec_is_a_usable_dict_key_for_compiled_grammars(small: SmallTokenizer) -> None:
+    first = GrammarSpec.build(RequestKind.JSON_SCHEMA, '{"type": "integer"}', DEFAULT)
+    second = GrammarSpec.build(RequestKind.JSON_SCHEMA, {"type": "integer"}, DEFAULT)
+    store = {first: small.engine.compile(first)}
+    assert second in store
+
+
+# --- compact JSON inside structural tags --------------------------------------
+
+
+def _tag(max_whitespace: object = "unset") -> dict[str, Any]:
+    content: dict[str, Any] = {
+        "type": "json_schema",
+        "json_schema": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+        },
+    }
+    if max_whitespace != "unset":
+        content["max_whitespace_cnt"] = max_whitespace  # vLLM sends an explicit null
+    return {
+        "type": "structural_tag",
+        "format": {"type": "tag", "begin": "<", "content": content, "end": ">"},
+    }
+
+
+@pytest.mark.parametrize("max_whitespace", ["unset", None])
+def test_compact_mode_bounds_whitespace_inside_structural_tags(
+    small: SmallTokenizer, max_whitespace: object
+) -> None:
+    padded = '<{\n\n\n"a":1}>'
+    compact = small.spec(RequestKind.STRUCTURAL_TAG, _tag(max_whitespace), COMPACT)
+    default = small.spec(RequestKind.STRUCTURAL_TAG, _tag(max_whitespace), DEFAULT)
+    assert small.matches(compact, '<{"a":1}>')
+    assert not small.matches(compact, padded)
+    assert small.matches(default, padded)
+
+
+def test_compact_mode_keeps_a_whitespace_bound_the_client_chose(small: SmallTokenizer) -> None:
+    spec = small.spec(RequestKind.STRUCTURAL_TAG, _tag(3), COMPACT)
+    assert small.matches(spec, '<{\n\n\n"a":1}>')
+    assert not small.matches(spec, '<{\n\n\n\n"a":1}>')
+
+
+def test_legacy_structural_tag_means_free_text_with_triggered_tags(small: SmallTokenizer) -> None:
+    legacy = {
+        "structures": [{"begin": "<f>", "schema": {"enum": ["yes", "no"]}, "end": "</f>"}],
+        "triggers": ["<f"],
+    }
+    spec = small.spec(RequestKind.STRUCTURAL_TAG, legacy, COMPACT)
+    assert small.matches(spec, 'hi <f>"yes"</f> bye')
+    assert not small.matches(spec, 'hi <f>"maybe"</f>')
+
+
+def test_legacy_structural_tag_missing_fields_is_refused(small: SmallTokenizer) -> None:
+    spec = small.spec(
+        RequestKind.STRUCTURAL_TAG, {"structures": [{"begin": "<f>"}], "triggers": []}
+    )
+    with pytest.raises(InvalidGrammarError, match="'schema'"):
+        small.engine.check(spec)
