@@ -1,0 +1,101 @@
+"""Request validation in the API process, through vLLM's own SamplingParams.verify path."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from vllm.config.structured_outputs import StructuredOutputsConfig
+from vllm.exceptions import VLLMValidationError
+from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+
+import grammar_guard
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.vllm_adapter import frontend
+
+grammar_guard.register()
+
+MODEL = SimpleNamespace(is_diffusion=False)
+TOKENIZER = object()  # only its presence matters to validation
+GUARD = StructuredOutputsConfig(backend="grammar-guard", disable_any_whitespace=True)
+XGRAMMAR = StructuredOutputsConfig(backend="xgrammar")
+
+
+def _validate(
+    config: StructuredOutputsConfig, tokenizer: Any = TOKENIZER, **kwargs: Any
+) -> SamplingParams:
+    params = SamplingParams(structured_outputs=StructuredOutputsParams(**kwargs))
+    params._validate_structured_outputs(MODEL, config, tokenizer)
+    return params
+
+
+def test_valid_request_is_marked_for_grammar_guard_and_left_as_written() -> None:
+    params = _validate(GUARD, choice=["a", "b"])
+    structured = params.structured_outputs
+    assert structured is not None
+    assert structured._backend == "grammar-guard"
+    # vLLM's xgrammar validation rewrites choice into a grammar; ours keeps the request.
+    assert structured.choice == ["a", "b"] and structured.grammar is None
+
+
+def test_other_backends_still_get_vllms_validation() -> None:
+    params = _validate(XGRAMMAR, choice=["a", "b"])
+    structured = params.structured_outputs
+    assert structured is not None
+    assert structured._backend == "xgrammar"
+    assert structured.choice is None and structured.grammar is not None
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "reason"),
+    [
+        ({"json": {"type": "objectx"}}, 'Unsupported type "objectx"'),
+        ({"regex": "(a"}, "parenthesis"),
+        ({"grammar": "root ::= nope"}, "nope"),
+        ({"regex": "a\x01"}, "U+0001"),
+    ],
+)
+def test_invalid_request_is_a_validation_error_naming_the_reason(
+    request_fields: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(VLLMValidationError) as refused:
+        _validate(GUARD, **request_fields)
+    assert reason in str(refused.value)
+    assert refused.value.parameter == "structured_outputs"
+
+
+def test_request_pinned_to_another_backend_is_refused() -> None:
+    params = SamplingParams(structured_outputs=StructuredOutputsParams(regex="a+"))
+    assert params.structured_outputs is not None
+    params.structured_outputs._backend = "guidance"
+    with pytest.raises(VLLMValidationError, match="'guidance'"):
+        params._validate_structured_outputs(MODEL, GUARD, TOKENIZER)
+
+
+def test_missing_tokenizer_is_refused() -> None:
+    with pytest.raises(VLLMValidationError, match="tokenizer"):
+        _validate(GUARD, tokenizer=None, regex="a+")
+
+
+def test_diffusion_models_are_refused() -> None:
+    params = SamplingParams(structured_outputs=StructuredOutputsParams(regex="a+"))
+    with pytest.raises(VLLMValidationError, match="diffusion"):
+        params._validate_structured_outputs(SimpleNamespace(is_diffusion=True), GUARD, TOKENIZER)
+
+
+@pytest.fixture
+def stuck_parser(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A parse that never returns until released, as a pathological input would."""
+    release = threading.Event()
+    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(lambda spec: release.wait()))
+    monkeypatch.setattr(frontend, "PARSE_DEADLINE_S", 0.01)
+    yield
+    release.set()
+
+
+def test_a_parse_that_does_not_finish_is_refused_not_waited_for(stuck_parser: None) -> None:
+    with pytest.raises(VLLMValidationError, match="could not be parsed within"):
+        _validate(GUARD, regex="a+")
