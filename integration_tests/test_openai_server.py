@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from grammar_guard.demo.cases import CASES, PERSON_SCHEMA, Case
-from integration_tests.oracles import assert_satisfies
+from integration_tests.oracles import assert_satisfies, assert_valid_prefix
 from integration_tests.server import ApiServer
 
 pytestmark = pytest.mark.engine
@@ -57,6 +57,21 @@ def test_chat_response_format_json_schema(client: openai.OpenAI, api_server: Api
         message = response.choices[0].message.content
         assert response.choices[0].finish_reason == "stop", message
         jsonschema.validate(json.loads(message), PERSON_SCHEMA)
+
+
+def test_chat_response_format_json_object(client: openai.OpenAI, api_server: ApiServer) -> None:
+    response = client.chat.completions.create(
+        model=api_server.model,
+        messages=[{"role": "user", "content": "Any JSON object."}],
+        max_tokens=48,
+        seed=5,
+        response_format={"type": "json_object"},
+    )
+    choice = response.choices[0]
+    if choice.finish_reason == "stop":
+        assert isinstance(json.loads(choice.message.content), dict)
+    else:
+        assert_valid_prefix({"json_object": True}, choice.message.content, compact=True)
 
 
 WEATHER_TOOL = {

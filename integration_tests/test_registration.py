@@ -32,6 +32,17 @@ print(json.dumps({"backend": so.backend, "compact": so.disable_any_whitespace}))
 """
 
 
+REFUSE_OLD_VLLM = """
+import vllm
+vllm.__version__ = "0.31.4"
+import grammar_guard
+try:
+    grammar_guard.register()
+except RuntimeError as exc:
+    print(exc)
+"""
+
+
 def _run(code: str, *args: str) -> dict[str, object]:
     run = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600
@@ -49,6 +60,16 @@ def test_entry_point_installs_every_patch_once_in_a_fresh_process() -> None:
         "backend_construction": True,
     }
     assert report["wrapped_once"] is True
+
+
+def test_unsupported_vllm_is_refused_naming_the_supported_range() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", REFUSE_OLD_VLLM], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    message = run.stdout.strip().splitlines()[-1]
+    assert "vLLM 0.31.4 is installed" in message
+    assert ">=0.32.0,<0.33.0" in message
 
 
 def test_server_flag_in_dotted_form(tiny_model: str) -> None:
