@@ -6,28 +6,16 @@ each engine is started once per session and shared by every test using it.
 
 from __future__ import annotations
 
-import os
-
-# The shared offline engine runs in-process (the fast path); the multi-process
-# path and the server are exercised by tests that start their own processes.
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
-from grammar_guard.demo.tiny_model import (
-    ENGINE_KWARGS,
-    apply_engine_env,
-    build_tiny_model,
-)
+from grammar_guard.demo.tiny_model import build_tiny_model
 from integration_tests.server import ApiServer, start_api_server
 
 if TYPE_CHECKING:
     from vllm import LLM
-
-apply_engine_env()
 
 
 @pytest.fixture(scope="session")
@@ -37,18 +25,10 @@ def tiny_model() -> str:
 
 @pytest.fixture(scope="session")
 def llm(tiny_model: str) -> Iterator[LLM]:
-    import grammar_guard
+    """In-process engine core: the fast path; other tests cover the spawned one."""
+    from grammar_guard.demo.engine import start_engine
 
-    # LLM(...) validates structured_outputs_config before vLLM loads plugins.
-    grammar_guard.register()
-    from vllm import LLM
-
-    engine = LLM(
-        model=tiny_model,
-        distributed_executor_backend="uni",
-        structured_outputs_config={"backend": "grammar-guard", "disable_any_whitespace": True},
-        **ENGINE_KWARGS,  # type: ignore[arg-type]
-    )
+    engine = start_engine(tiny_model)
     yield engine
     del engine
 

@@ -8,28 +8,17 @@ core is a spawned process that loads the plugin only through vLLM's
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 
 def main(model: str) -> None:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-    from grammar_guard.demo.tiny_model import ENGINE_KWARGS, apply_engine_env
+    from grammar_guard.demo.cases import CASES
+    from grammar_guard.demo.engine import start_engine
 
-    apply_engine_env()
-    import grammar_guard
-
-    grammar_guard.register()
-    from vllm import LLM, SamplingParams
+    llm = start_engine(model, multiprocess=True)
+    from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    from grammar_guard.demo.cases import CASES
-
-    llm = LLM(
-        model=model,
-        structured_outputs_config={"backend": "grammar-guard", "disable_any_whitespace": True},
-        **ENGINE_KWARGS,  # type: ignore[arg-type]
-    )
     params = [
         SamplingParams(
             max_tokens=64,

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grammar_guard.demo.tiny_model import ENGINE_ENV, ENGINE_KWARGS
+from grammar_guard.demo.engine import ENGINE_ENV, ENGINE_KWARGS
 
 STARTUP_TIMEOUT_S = 600
 

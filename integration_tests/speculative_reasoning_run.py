@@ -9,7 +9,6 @@ DeepSeek-R1 reasoning parser (the grammar applies only after ``</think>``).
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 REPEATED = "abc abc abc abc abc abc abc abc abc abc"
@@ -20,19 +19,10 @@ ANSWER_REGEX = r"[0-9]+"
 
 
 def main(model: str) -> None:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from grammar_guard.demo.tiny_model import ENGINE_KWARGS, apply_engine_env
+    from grammar_guard.demo.engine import start_engine
 
-    apply_engine_env()
-    import grammar_guard
-
-    grammar_guard.register()
-    from vllm import LLM, SamplingParams
-    from vllm.sampling_params import StructuredOutputsParams
-
-    llm = LLM(
-        model=model,
-        distributed_executor_backend="uni",
+    llm = start_engine(
+        model,
         speculative_config={
             "method": "ngram",
             "num_speculative_tokens": 3,
@@ -40,10 +30,11 @@ def main(model: str) -> None:
             "prompt_lookup_max": 4,
         },
         reasoning_parser="deepseek_r1",
-        structured_outputs_config={"backend": "grammar-guard", "disable_any_whitespace": True},
         disable_log_stats=False,
-        **ENGINE_KWARGS,  # type: ignore[arg-type]
     )
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
     tokenizer = llm.get_tokenizer()
     think_end = tokenizer.convert_tokens_to_ids("</think>")
     # Reasoning is free text from a small alphabet that includes the end of

@@ -7,7 +7,6 @@ whether an independent validator accepts it; exits non-zero if any fails.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -17,28 +16,13 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
 
-    from grammar_guard.demo.tiny_model import ENGINE_KWARGS, apply_engine_env, build_tiny_model
+    from grammar_guard.demo.cases import CASES
+    from grammar_guard.demo.engine import start_engine
 
-    apply_engine_env()
-    # One process is enough for a demo and starts faster on a small machine.
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    model = args.model or str(build_tiny_model())
-
-    import grammar_guard
-
-    grammar_guard.register()  # LLM(...) checks the backend name before vLLM loads plugins
-
-    from vllm import LLM, SamplingParams
+    llm = start_engine(args.model)
+    from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    from grammar_guard.demo.cases import CASES
-
-    llm = LLM(
-        model=model,
-        distributed_executor_backend="uni",
-        structured_outputs_config={"backend": "grammar-guard", "disable_any_whitespace": True},
-        **ENGINE_KWARGS,  # type: ignore[arg-type]
-    )
     params = [
         SamplingParams(
             max_tokens=args.max_tokens,

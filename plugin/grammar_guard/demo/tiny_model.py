@@ -87,20 +87,5 @@ def build_tiny_model(target: Path | None = None) -> Path:
     return target
 
 
-# Engine settings that fit the tiny model on a 2-core CPU machine.
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
-ENGINE_KWARGS: dict[str, object] = {
-    "max_model_len": 1024,
-    "max_num_seqs": 32,
-    "gpu_memory_utilization": 0.3,
-    "seed": 0,
-}
-
-
-def apply_engine_env() -> None:
-    for name, value in ENGINE_ENV.items():
-        os.environ.setdefault(name, value)
-
-
 if __name__ == "__main__":
     print(build_tiny_model())
