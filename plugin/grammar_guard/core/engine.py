@@ -40,8 +40,6 @@ class TokenMatcher(Protocol):
 
 
 class GrammarEngine(Protocol):
-    name: str
-
     @property
     def vocab_size(self) -> int: ...
 

@@ -79,8 +79,6 @@ class XGrammarMatcher:
 
 
 class XGrammarEngine:
-    name = "xgrammar"
-
     def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, compile_threads: int) -> None:
         self._tokenizer_info = tokenizer_info
         # Caching is ours (keyed by GrammarSpec); xgrammar's own cache would
