@@ -40,6 +40,8 @@ class TokenMatcher(Protocol):
 
 
 class GrammarEngine(Protocol):
+    """Compiles request specs and creates per-request matchers for one tokenizer."""
+
     @property
     def vocab_size(self) -> int: ...
 
