@@ -40,6 +40,14 @@ def _structured_output_manager(llm: LLM) -> Any:
     return llm.llm_engine.engine_core.engine_core.structured_output_manager
 
 
+def _backend(llm: LLM) -> Any:
+    """The engine's grammar-guard backend, built by a first structured request if needed."""
+    manager = _structured_output_manager(llm)
+    if manager.backend is None:
+        _generate(llm, [_params({"regex": "[a-z]"}, seed=0)])
+    return manager.backend
+
+
 @pytest.fixture(scope="module")
 def case_outputs(llm: LLM) -> dict[tuple[str, int], RequestOutput]:
     """All kinds and seeds in one batch: they share decode steps, as in serving."""
@@ -57,10 +65,10 @@ def test_each_kind_satisfies_its_constraint(
         assert_satisfies(case, completion.text, completion.finish_reason, compact=True)
 
 
-def test_engine_built_the_grammar_guard_backend(llm: LLM, case_outputs: object) -> None:
+def test_engine_built_the_grammar_guard_backend(llm: LLM) -> None:
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
-    assert isinstance(_structured_output_manager(llm).backend, GrammarGuardBackend)
+    assert isinstance(_backend(llm), GrammarGuardBackend)
 
 
 def test_json_object_is_an_object_or_a_valid_prefix(llm: LLM) -> None:
@@ -91,15 +99,12 @@ def test_whitespace_variants_of_a_schema_share_one_compiled_grammar(llm: LLM) ->
     schema = {"type": "object", "properties": {"k": {"enum": ["p", "q"]}}, "required": ["k"]}
     spaced = json.dumps(schema, indent=4)
     compact = json.dumps(schema, separators=(",", ":"))
-    backend = _structured_output_manager(llm).backend
-    if backend is None:  # first structured request of the session builds it
-        _generate(llm, [_params({"json": schema}, seed=0)])
-        backend = _structured_output_manager(llm).backend
+    backend = _backend(llm)
     before = len(backend._cache)
     outputs = _generate(
         llm, [_params({"json": spaced}, seed=1), _params({"json": compact}, seed=2)]
     )
-    assert len(backend._cache) <= before + 1
+    assert len(backend._cache) == before + 1
     for output in outputs:
         assert json.loads(output.outputs[0].text)["k"] in ("p", "q")
 
@@ -131,9 +136,11 @@ def test_bad_input_is_refused_with_its_reason_and_the_engine_keeps_serving(
 ) -> None:
     from vllm.exceptions import VLLMValidationError
 
+    compiled_before = len(_backend(llm)._cache)
     with pytest.raises(VLLMValidationError, match="Invalid structured output request") as refused:
         _generate(llm, [_params(structured_outputs, seed=0)])
     assert reason in str(refused.value)
+    assert len(_backend(llm)._cache) == compiled_before  # the engine never saw it
     assert len(str(refused.value)) < 600  # the input is never echoed back whole
     good = _generate(llm, [_params({"regex": r"[a-c]{3}"}, seed=0)])[0].outputs[0]
     assert good.finish_reason == "stop" and len(good.text) == 3
@@ -205,8 +212,7 @@ def test_a_compile_failure_in_the_engine_fails_only_its_own_request(
     llm: LLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     healthy = CASES[2]
-    _generate(llm, [_params(healthy.structured_outputs, seed=4)])  # builds the backend
-    cache = _structured_output_manager(llm).backend._cache
+    cache = _backend(llm)._cache
     poisoned_regex = r"crash[0-9]{3}"
     original = cache._compile_fn
 
