@@ -73,14 +73,14 @@ class GrammarSpec:
         if kind is RequestKind.JSON_OBJECT:
             text = ""
         elif kind.text_is_json:
-            text = _canonical_json(kind, source)
+            text, document = _canonical_json(kind, source)
+            if kind is RequestKind.CHOICE:
+                _check_choices(document)
         elif isinstance(source, str):
             check_text(kind.value, source)
             text = source
         else:
             raise InvalidGrammarError(f"{kind.value} must be a string, got {type(source).__name__}")
-        if kind is RequestKind.CHOICE:
-            _check_choices(json.loads(text))
         if kind is RequestKind.GRAMMAR and not text.strip():
             raise InvalidGrammarError("grammar must not be empty")
         return cls(kind, text, options if kind.takes_json_options else _NEUTRAL_OPTIONS)
@@ -90,7 +90,10 @@ class GrammarSpec:
         return f"{self.kind.value}({len(self.text)} chars)"
 
 
-def _canonical_json(kind: RequestKind, source: str | dict[str, Any] | list[Any] | None) -> str:
+def _canonical_json(
+    kind: RequestKind, source: str | dict[str, Any] | list[Any] | None
+) -> tuple[str, Any]:
+    """The compact text of a JSON input, and the parsed value it came from."""
     if isinstance(source, str):
         check_text(kind.value, source)
         if not source.strip():
@@ -118,7 +121,7 @@ def _canonical_json(kind: RequestKind, source: str | dict[str, Any] | list[Any] 
         )
     if kind is RequestKind.STRUCTURAL_TAG and not isinstance(document, dict):
         raise InvalidGrammarError("structural_tag must be a JSON object")
-    return text
+    return text, document
 
 
 def _check_choices(choices: Any) -> None:
