@@ -100,11 +100,11 @@ def test_whitespace_variants_of_a_schema_share_one_compiled_grammar(llm: LLM) ->
     spaced = json.dumps(schema, indent=4)
     compact = json.dumps(schema, separators=(",", ":"))
     backend = _backend(llm)
-    before = len(backend._cache)
+    before = len(backend.cache)
     outputs = _generate(
         llm, [_params({"json": spaced}, seed=1), _params({"json": compact}, seed=2)]
     )
-    assert len(backend._cache) == before + 1
+    assert len(backend.cache) == before + 1
     for output in outputs:
         assert json.loads(output.outputs[0].text)["k"] in ("p", "q")
 
@@ -136,11 +136,11 @@ def test_bad_input_is_refused_with_its_reason_and_the_engine_keeps_serving(
 ) -> None:
     from vllm.exceptions import VLLMValidationError
 
-    compiled_before = len(_backend(llm)._cache)
+    compiled_before = len(_backend(llm).cache)
     with pytest.raises(VLLMValidationError, match="Invalid structured output request") as refused:
         _generate(llm, [_params(structured_outputs, seed=0)])
     assert reason in str(refused.value)
-    assert len(_backend(llm)._cache) == compiled_before  # the engine never saw it
+    assert len(_backend(llm).cache) == compiled_before  # the engine never saw it
     assert len(str(refused.value)) < 600  # the input is never echoed back whole
     good = _generate(llm, [_params({"regex": r"[a-c]{3}"}, seed=0)])[0].outputs[0]
     assert good.finish_reason == "stop" and len(good.text) == 3
@@ -212,7 +212,7 @@ def test_a_compile_failure_in_the_engine_fails_only_its_own_request(
     llm: LLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     healthy = CASES[2]
-    cache = _backend(llm)._cache
+    cache = _backend(llm).cache
     poisoned_regex = r"crash[0-9]{3}"
     original = cache._compile_fn
 

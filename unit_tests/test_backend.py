@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import wait
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,17 +15,21 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 from vllm.config.structured_outputs import StructuredOutputsConfig
+from vllm.sampling_params import StructuredOutputsParams
 from vllm.tokenizers.mistral import MistralTokenizer
 from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+from vllm.v1.structured_output.request import StructuredOutputRequest
 
 import grammar_guard
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar, build_engine
 
 grammar_guard.register()
 
 VOCAB_SIZE = 129280
+HANG_GUARD_S = 60.0
 SCHEMA_SPACED = (
     '{ "type": "object", "properties": { "ok": { "type": "boolean" } }, "required": ["ok"] }'
 )
@@ -72,10 +79,10 @@ def test_compiles_a_request_into_a_fresh_guarded_grammar(
 
 
 def test_whitespace_variants_compile_once(backend: GrammarGuardBackend) -> None:
-    before = len(backend._cache)
+    before = len(backend.cache)
     backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_SPACED)
     backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
-    assert len(backend._cache) - before <= 1
+    assert len(backend.cache) - before <= 1
 
 
 def test_server_setting_makes_json_compact(
@@ -142,3 +149,84 @@ def test_mistral_tokenizers_get_an_engine_over_their_raw_vocabulary(tekken: bool
     matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
     assert all(matcher.accept_token(vocab.index(char)) for char in "ab")
     assert matcher.accept_token(1) and matcher.is_terminated()
+
+
+# --- admission: compiles never block vLLM's grammar thread --------------------------
+
+
+def _request(request_id: str, **constraint: Any) -> Any:
+    """What admit_request reads of vLLM's ``Request``."""
+    structured = StructuredOutputRequest(params=StructuredOutputsParams(**constraint))
+    return SimpleNamespace(
+        request_id=request_id,
+        structured_output_request=structured,
+        sampling_params=SimpleNamespace(all_stop_token_ids=set()),
+    )
+
+
+@pytest.fixture
+def held_backend(
+    tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[GrammarGuardBackend, threading.Event]]:
+    """A backend whose compiles of the regex ``slow[0-9]`` wait until the event is set."""
+    release = threading.Event()
+    original = XGrammarEngine.compile
+
+    def compile_held(self: XGrammarEngine, spec: GrammarSpec) -> Any:
+        if spec.text == "slow[0-9]":
+            assert release.wait(HANG_GUARD_S), "test never released the compile"
+        return original(self, spec)
+
+    monkeypatch.setattr(XGrammarEngine, "compile", compile_held)
+    instance = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    yield instance, release
+    release.set()
+    instance.destroy()
+
+
+def test_a_cache_hit_is_admitted_at_once_while_another_key_compiles(
+    held_backend: tuple[GrammarGuardBackend, threading.Event],
+) -> None:
+    backend, release = held_backend
+    backend.compile_grammar(StructuredOutputOptions.REGEX, "fast[a-z]")  # now cached
+    slow = _request("slow", regex="slow[0-9]")
+    backend.admit_request(slow, block=False)
+    fast = _request("fast", regex="fast[a-z]")
+    backend.admit_request(fast, block=False)
+    assert isinstance(fast.structured_output_request.grammar, GuardedGrammar)
+    assert fast.structured_output_request.grammar is not backend.compile_grammar(
+        StructuredOutputOptions.REGEX, "fast[a-z]"
+    )  # every request gets a matcher of its own
+    assert slow.structured_output_request.grammar is None  # still compiling: not ready
+    release.set()
+    assert isinstance(_wait_for_grammar(slow), GuardedGrammar)
+
+
+def test_a_timed_out_request_fails_alone_and_its_compile_still_lands(
+    held_backend: tuple[GrammarGuardBackend, threading.Event],
+) -> None:
+    backend, release = held_backend
+    slow = _request("slow", regex="slow[0-9]")
+    backend.admit_request(slow, block=False)
+    backend.cache.expire_due(time.monotonic() + 2 * backend.settings.compile_timeout_s)
+    error = slow.structured_output_request.grammar
+    assert isinstance(error, CompileTimeoutError)
+    assert "timed out after" in str(error) and "retry after 30 s" in str(error)
+    release.set()
+    backend._compile_pool.shutdown(wait=True)  # the compile runs to its end
+    assert backend.cache.metrics.snapshot()["grammar_guard_compiles_total"] == 1
+    assert len(backend.cache) == 1
+
+
+def test_an_invalid_request_gets_a_failed_future_not_an_exception(
+    backend: GrammarGuardBackend,
+) -> None:
+    bad = _request("bad", json='{"type": "objectx"}')
+    backend.admit_request(bad, block=False)
+    assert isinstance(bad.structured_output_request.grammar, InvalidGrammarError)
+
+
+def _wait_for_grammar(request: Any) -> object:
+    structured = request.structured_output_request
+    wait([structured._grammar], timeout=HANG_GUARD_S)
+    return structured.grammar

@@ -99,3 +99,22 @@ def stuck_parser(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_a_parse_that_does_not_finish_is_refused_not_waited_for(stuck_parser: None) -> None:
     with pytest.raises(VLLMValidationError, match="could not be parsed within"):
         _validate(GUARD, regex="a+")
+
+
+def test_a_repeated_invalid_request_is_refused_without_a_second_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schema = '{"type": "object", "properties": {"n": {"type": "integerr"}}}'
+    errors_before = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]
+    with pytest.raises(VLLMValidationError, match="integerr") as first:
+        _validate(GUARD, json=schema)
+
+    def must_not_parse(spec: Any) -> None:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(must_not_parse))
+    with pytest.raises(VLLMValidationError) as second:
+        _validate(GUARD, json=schema)
+    assert str(second.value) == str(first.value)
+    errors = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]
+    assert errors == errors_before + 1

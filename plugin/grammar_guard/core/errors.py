@@ -24,3 +24,21 @@ class InvalidGrammarError(ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = shorten(reason)
         super().__init__(self.reason)
+
+
+class CompileTimeoutError(TimeoutError):
+    """The request's grammar did not compile within its time budget.
+
+    ``permanent`` is True once the key has timed out more often than the
+    retry budget allows: retrying will not help then. Otherwise
+    ``retry_after_s`` says when a retry may be served (the compile goes on
+    in the background and its result is cached).
+    """
+
+    def __init__(
+        self, message: str, *, waited_s: float, permanent: bool, retry_after_s: float | None
+    ) -> None:
+        self.waited_s = waited_s
+        self.permanent = permanent
+        self.retry_after_s = retry_after_s
+        super().__init__(message)

@@ -1,9 +1,15 @@
-"""The ``grammar-guard`` structured-output backend inside vLLM's engine core."""
+"""The ``grammar-guard`` structured-output backend inside vLLM's engine core.
+
+Compiles never run on vLLM's grammar thread: :meth:`GrammarGuardBackend.admit_request`
+hands the request a grammar at once on a cache hit, or a future that the
+plugin's own compile pool or the cache's deadline watcher resolves. vLLM's
+scheduler polls that future each step, so one slow compile delays nobody else.
+"""
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,21 +22,27 @@ from vllm.v1.structured_output.backend_types import (
 )
 
 from grammar_guard.core.bitmask import allocate_bitmask
-from grammar_guard.core.cache import CompileCache
+from grammar_guard.core.cache import DeadlineWatcher, GrammarCache
 from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.metrics import CacheMetrics
+from grammar_guard.core.settings import CacheSettings
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.vllm_adapter.metrics_export import SnapshotPublisher
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key
 
 if TYPE_CHECKING:
     import torch
+    from vllm.v1.request import Request
 
 logger = init_logger(__name__)
 
-DEFAULT_CACHE_ENTRIES = 1024
+GrammarOrPending = StructuredOutputGrammar | Future[StructuredOutputGrammar]
 
 
 def _compile_threads() -> int:
+    # xgrammar's own parallelism inside one compile, not the number of compiles.
     return max(1, os.cpu_count() or 1)
 
 
@@ -50,22 +62,55 @@ def build_engine(tokenizer: object, vocab_size: int) -> GrammarEngine:
     )
 
 
+def _failed(error: BaseException) -> Future[StructuredOutputGrammar]:
+    future: Future[StructuredOutputGrammar] = Future()
+    future.set_exception(error)
+    return future
+
+
 @dataclass
 class GrammarGuardBackend(StructuredOutputBackend):
     def __post_init__(self) -> None:
-        config = self.vllm_config.structured_outputs_config
-        self._options = compile_options(config)
+        self.settings = CacheSettings.from_env()
+        self._options = compile_options(self.vllm_config.structured_outputs_config)
         self._engine = build_engine(self.tokenizer, self.vocab_size)
         self.vocab_size = self._engine.vocab_size
         speculative = self.vllm_config.speculative_config
         self._max_rollback = speculative.num_speculative_tokens if speculative else 0
         self._compile_pool = ThreadPoolExecutor(
-            max_workers=max(1, (os.cpu_count() or 1) // 2),
+            max_workers=self.settings.compile_workers,
             thread_name_prefix="grammar-guard-compile",
         )
-        self._cache: CompileCache[GrammarSpec, CompiledGrammar] = CompileCache(
-            self._engine.compile, self._compile_pool, max_entries=DEFAULT_CACHE_ENTRIES
+        self._watcher = DeadlineWatcher()
+        metrics = CacheMetrics(on_change=lambda: self._publisher.notify())
+        self._publisher = SnapshotPublisher(metrics)
+        self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
+            self._engine.compile,
+            self._compile_pool,
+            self.settings,
+            size_of=lambda compiled: compiled.memory_bytes,
+            metrics=metrics,
+            on_new_deadline=self._watcher.notify,
         )
+        self._watcher.start(self.cache)
+        self._publisher.start()
+
+    def admit_request(self, request: Request, *, block: bool) -> None:
+        """Give ``request`` its grammar, or a future of it; never waits unless ``block``.
+
+        ``block`` is for vLLM's external-launcher mode, where every rank must
+        see the grammar ready at the same step; the wait is still bounded by
+        the compile timeout.
+        """
+        structured = request.structured_output_request
+        assert structured is not None
+        request_type, grammar_spec = structured.structured_output_key
+        params = request.sampling_params
+        stop_token_ids = params.all_stop_token_ids if params is not None else None
+        grammar = self._admit(request.request_id, request_type, grammar_spec, stop_token_ids)
+        if block and isinstance(grammar, Future):
+            wait([grammar])
+        structured.grammar = grammar
 
     def compile_grammar(
         self,
@@ -73,21 +118,76 @@ class GrammarGuardBackend(StructuredOutputBackend):
         grammar_spec: str,
         stop_token_ids: set[int] | None = None,
     ) -> StructuredOutputGrammar:
-        # Runs on vLLM's grammar thread; an InvalidGrammarError raised here
-        # fails this request alone (the scheduler finishes it with an error).
-        spec = spec_from_key(request_type, grammar_spec, self._options)
-        compiled = self._cache.get(spec).result()
-        matcher = self._engine.new_matcher(
-            compiled, stop_token_ids=stop_token_ids, max_rollback_tokens=self._max_rollback
-        )
-        return GuardedGrammar(matcher, spec.describe())
+        grammar = self._admit("(direct)", request_type, grammar_spec, stop_token_ids)
+        return grammar.result() if isinstance(grammar, Future) else grammar
+
+    def _admit(
+        self,
+        request_id: str,
+        request_type: StructuredOutputOptions,
+        grammar_spec: str,
+        stop_token_ids: set[int] | None,
+    ) -> GrammarOrPending:
+        try:
+            spec = spec_from_key(request_type, grammar_spec, self._options)
+        except InvalidGrammarError as exc:
+            return self._refuse(request_id, exc)
+        admission = self.cache.admit(spec)
+        if admission.future.done():
+            ready = self._grammar_for(request_id, spec, admission.future, stop_token_ids)
+            return ready.result() if ready.exception() is None else ready
+        pending: Future[StructuredOutputGrammar] = Future()
+
+        def deliver(compiled: Future[CompiledGrammar]) -> None:
+            outcome = self._grammar_for(request_id, spec, compiled, stop_token_ids)
+            if pending.set_running_or_notify_cancel():
+                if (error := outcome.exception()) is not None:
+                    pending.set_exception(error)
+                else:
+                    pending.set_result(outcome.result())
+
+        admission.future.add_done_callback(deliver)
+        return pending
+
+    def _grammar_for(
+        self,
+        request_id: str,
+        spec: GrammarSpec,
+        compiled: Future[CompiledGrammar],
+        stop_token_ids: set[int] | None,
+    ) -> Future[StructuredOutputGrammar]:
+        """A finished future of the request's own grammar, or of why it has none."""
+        if compiled.cancelled():
+            return _failed(InvalidGrammarError("grammar request was cancelled"))
+        if (error := compiled.exception()) is not None:
+            return self._refuse(request_id, error)
+        try:
+            matcher = self._engine.new_matcher(
+                compiled.result(),
+                stop_token_ids=stop_token_ids,
+                max_rollback_tokens=self._max_rollback,
+            )
+        except Exception as exc:
+            return self._refuse(request_id, exc)
+        ready: Future[StructuredOutputGrammar] = Future()
+        ready.set_result(GuardedGrammar(matcher, spec.describe()))
+        return ready
+
+    @staticmethod
+    def _refuse(request_id: str, error: BaseException) -> Future[StructuredOutputGrammar]:
+        # vLLM ends the request with finish_reason "error" and has no channel
+        # for the reason, so the log is where an operator finds it.
+        logger.warning("grammar-guard: request %s gets no grammar: %s", request_id, error)
+        return _failed(error)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return allocate_bitmask(max_num_seqs, self.vocab_size)
 
     def destroy(self) -> None:
+        self._watcher.stop()
+        self._publisher.stop()
         self._compile_pool.shutdown(wait=False, cancel_futures=True)
-        self._cache.clear()
+        self.cache.reset()
 
 
 class GuardedGrammar(StructuredOutputGrammar):

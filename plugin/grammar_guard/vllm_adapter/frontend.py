@@ -4,6 +4,9 @@ Replaces vLLM's per-backend validation for ``grammar-guard`` requests: the
 request is turned into the same :class:`GrammarSpec` the engine will compile
 and parsed (no tokenizer, no compile), so an invalid schema, regex or grammar
 is answered with a 400 naming the reason and the engine never sees it.
+
+Invalid specs are remembered: a client repeating one is refused without a
+second parse, and ``grammar_guard_compile_errors_total`` counts it once.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from vllm.exceptions import VLLMValidationError
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.metrics import CacheMetrics, Counter
+from grammar_guard.core.rejections import Rejections
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.vllm_adapter.metrics_export import add_local_source
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_params
 
 if TYPE_CHECKING:
@@ -30,6 +36,9 @@ if TYPE_CHECKING:
 # makes the native parser blow up, which must not hold the request path.
 PARSE_DEADLINE_S = 10.0
 _parse_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grammar-guard-parse")
+_rejections = Rejections()
+_metrics = CacheMetrics()
+add_local_source(_metrics)
 
 
 def validate_structured_outputs(
@@ -67,11 +76,18 @@ def validate_structured_outputs(
 
 
 def _check_within_deadline(spec: GrammarSpec) -> None:
+    if (known := _rejections.get(spec)) is not None:
+        raise known
     future = _parse_pool.submit(XGrammarEngine.check, spec)
     try:
         future.result(timeout=PARSE_DEADLINE_S)
     except FutureTimeout:
+        # Not remembered: a deadline miss may be load, not the grammar.
         raise InvalidGrammarError(
             f"{spec.kind.value} could not be parsed within {PARSE_DEADLINE_S:g} s; "
             "simplify it (deeply nested repetition is the usual cause)"
         ) from None
+    except InvalidGrammarError as exc:
+        _rejections.remember(spec, exc)
+        _metrics.count(Counter.COMPILE_ERRORS)
+        raise

@@ -10,7 +10,11 @@ other backend's traffic to the original code unchanged:
 2. ``SamplingParams._validate_structured_outputs``: validate grammar-guard
    requests in the API process with the plugin's own parser.
 3. ``StructuredOutputManager.grammar_init``: build the grammar-guard backend
-   in the engine core.
+   in the engine core and admit requests through the plugin's own compile
+   pool, never vLLM's single grammar thread.
+
+It also adds grammar-guard's cache metrics to the process's Prometheus
+registry, so the API server's ``/metrics`` shows them.
 
 Every wrapper carries a marker attribute, so installing twice (vLLM loads
 plugins in every process, sometimes more than once) never wraps twice.
@@ -32,6 +36,8 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.structured_output import StructuredOutputManager
 
 from grammar_guard import BACKEND_NAME
+from grammar_guard.core.settings import CacheSettings
+from grammar_guard.vllm_adapter.metrics_export import install_collector
 
 PATCH_MARKER = "__grammar_guard_patch__"
 _CONFIG_VALIDATOR = "_validate_structured_output_config"
@@ -43,6 +49,7 @@ def install() -> None:
         _allow_backend_name()
         _wrap_method(SamplingParams, "_validate_structured_outputs", _frontend_validation)
         _wrap_method(StructuredOutputManager, "grammar_init", _backend_construction)
+        install_collector()
 
 
 def installed_patches() -> dict[str, bool]:
@@ -107,6 +114,9 @@ def _allow_backend_name() -> None:
                     "disable_additional_properties applies to the guidance backend only, "
                     f"not to {BACKEND_NAME}."
                 )
+            # A bad GRAMMAR_GUARD_* value stops start-up here, naming the variable,
+            # rather than failing the first structured request in the engine.
+            CacheSettings.from_env()
             return self
 
         decorators = StructuredOutputsConfig.__pydantic_decorators__.model_validators
@@ -131,17 +141,21 @@ def _frontend_validation(original: Callable[..., None]) -> Callable[..., None]:
 def _backend_construction(original: Callable[..., None]) -> Callable[..., None]:
     def grammar_init(self: StructuredOutputManager, request: Any) -> None:
         if (
-            self.backend is None
-            and request.structured_output_request is not None
-            and request.sampling_params.structured_outputs._backend == BACKEND_NAME
+            request.structured_output_request is None
+            or request.sampling_params.structured_outputs._backend != BACKEND_NAME
         ):
-            from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+            return original(self, request)
+        from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
+        if self.backend is None:
             self.backend = GrammarGuardBackend(
                 self.vllm_config,
                 tokenizer=self.tokenizer,
                 vocab_size=self.vllm_config.model_config.get_vocab_size(),
             )
-        return original(self, request)
+        assert isinstance(self.backend, GrammarGuardBackend)
+        # Instead of vLLM's single grammar thread, which would block on a slow
+        # compile and hold every request queued behind it.
+        self.backend.admit_request(request, block=not self._use_async_grammar_compilation)
 
     return grammar_init

@@ -1,0 +1,188 @@
+"""grammar-guard's cache metrics on vLLM's ``/metrics``, whichever process compiles.
+
+The cache lives in the engine-core process; ``/metrics`` is served by the
+API-server process that spawned it. Each engine process publishes its
+snapshot as a small JSON file under ``<base>/<parent pid>/<pid>.json``; a
+process reads the files of its own (live) children and adds its in-process
+caches. That is what the Prometheus collector exports and what
+:func:`metrics_snapshot` returns, so an in-process ``LLM`` and a served engine
+read the same way.
+
+``GRAMMAR_GUARD_METRICS_DIR`` moves ``<base>`` (default: a folder in the
+system's temporary directory).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client.core import (
+    REGISTRY,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from vllm.logger import init_logger
+
+from grammar_guard.core.metrics import CacheMetrics, Counter, Gauge, MetricsSnapshot
+
+logger = init_logger(__name__)
+
+METRICS_DIR_ENV = "GRAMMAR_GUARD_METRICS_DIR"
+# Bursts of hits are folded into one write at most this often.
+PUBLISH_INTERVAL_S = 0.2
+
+_HELP = {
+    Counter.HITS: "Requests answered without starting a compile (finished or in-flight entry).",
+    Counter.MISSES: "Requests that started a compile.",
+    Counter.COMPILES: "Compiles that finished, successfully or not.",
+    Counter.COMPILE_ERRORS: "Distinct invalid grammars found, by the API process's parse or "
+    "by an engine compile.",
+    Counter.COMPILE_TIMEOUTS: "Compiles that outlived their requests' timeout (once per compile).",
+    Counter.ESCALATIONS: "Keys whose timeout marker became permanent after too many retries.",
+    Counter.EVICTIONS: "Entries evicted to stay under the byte or entry bound.",
+    Gauge.CACHE_BYTES: "Memory held by cached compiled grammars, in bytes.",
+    Gauge.CACHE_ENTRIES: "Entries in the compile cache, in flight included.",
+}
+
+_lock = threading.Lock()
+_install_lock = threading.Lock()  # registering collects, which takes _lock
+_local_sources: list[CacheMetrics] = []
+_collector_installed = False
+
+
+def _base_dir() -> Path:
+    configured = os.environ.get(METRICS_DIR_ENV)
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"grammar-guard-metrics-{os.getuid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _children_snapshots() -> Iterator[MetricsSnapshot]:
+    folder = _base_dir() / str(os.getpid())
+    if not folder.is_dir():
+        return
+    for path in folder.glob("*.json"):
+        if not path.stem.isdigit() or not _pid_alive(int(path.stem)):
+            continue
+        # A file being replaced or a writer of another version: skip it this time.
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            yield MetricsSnapshot.from_json(json.loads(path.read_text()))
+
+
+def add_local_source(metrics: CacheMetrics) -> None:
+    with _lock:
+        _local_sources.append(metrics)
+
+
+def remove_local_source(metrics: CacheMetrics) -> None:
+    with _lock:
+        if metrics in _local_sources:
+            _local_sources.remove(metrics)
+
+
+def metrics_snapshot() -> MetricsSnapshot:
+    """grammar-guard's numbers as ``/metrics`` shows them, summed over engines.
+
+    In-process caches (an ``LLM`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
+    plus the engine processes this process started. Index the result by the
+    exported name, e.g. ``metrics_snapshot()["grammar_guard_compiles_total"]``.
+    """
+    with _lock:
+        local = [source.snapshot() for source in _local_sources]
+    return MetricsSnapshot.total([*local, *_children_snapshots()])
+
+
+class SnapshotPublisher:
+    """Writes one cache's snapshot for the parent process whenever it changes."""
+
+    def __init__(self, metrics: CacheMetrics) -> None:
+        self._metrics = metrics
+        self._changed = threading.Event()
+        self._stopped = False
+        self._path = _base_dir() / str(os.getppid()) / f"{os.getpid()}.json"
+        self._thread = threading.Thread(
+            target=self._loop, name="grammar-guard-metrics", daemon=True
+        )
+
+    def notify(self) -> None:
+        self._changed.set()
+
+    def start(self) -> None:
+        add_local_source(self._metrics)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        remove_local_source(self._metrics)
+        self._stopped = True
+        self._changed.set()
+        self._path.unlink(missing_ok=True)
+
+    def _loop(self) -> None:
+        while True:
+            self._changed.wait()
+            if self._stopped:
+                return
+            self._changed.clear()
+            try:
+                self._write()
+            except OSError as exc:  # metrics must never hurt serving
+                logger.warning("grammar-guard stopped publishing metrics: %s", exc)
+                return
+            time.sleep(PUBLISH_INTERVAL_S)
+
+    def _write(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self._path.with_suffix(".tmp")
+        partial.write_text(json.dumps(self._metrics.snapshot().to_json()))
+        partial.replace(self._path)  # atomic: a reader never sees half a file
+
+
+class _Collector:
+    def collect(self) -> Iterator[Metric]:
+        snapshot = metrics_snapshot()
+        for counter in Counter:
+            family = CounterMetricFamily(f"grammar_guard_{counter.value}", _HELP[counter])
+            family.add_metric([], snapshot.counters[counter])
+            yield family
+        for gauge in Gauge:
+            yield GaugeMetricFamily(
+                f"grammar_guard_{gauge.value}", _HELP[gauge], value=snapshot.gauges[gauge]
+            )
+        histogram = snapshot.compile_seconds
+        yield HistogramMetricFamily(
+            "grammar_guard_compile_seconds",
+            "Time from a compile's start (not its queueing) to its end.",
+            buckets=histogram.cumulative(),
+            sum_value=histogram.total,
+        )
+
+
+def install_collector() -> None:
+    """Add grammar-guard's metrics to this process's default Prometheus registry (once)."""
+    global _collector_installed
+    with _install_lock:
+        if _collector_installed:
+            return
+        REGISTRY.register(_Collector())
+        _collector_installed = True

@@ -1,0 +1,35 @@
+"""Rejections: remembered invalid grammars, bounded by the characters they hold."""
+
+from __future__ import annotations
+
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.rejections import Rejections
+from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+
+
+def _spec(pattern: str) -> GrammarSpec:
+    return GrammarSpec.build(RequestKind.REGEX, pattern, CompileOptions())
+
+
+def test_remembers_the_error_of_a_spec() -> None:
+    rejections = Rejections()
+    error = InvalidGrammarError("unbalanced parenthesis")
+    rejections.remember(_spec("(a"), error)
+    assert rejections.get(_spec("(a")) is error
+    assert rejections.get(_spec("(b")) is None
+
+
+def test_forgets_least_recently_used_beyond_its_character_bound() -> None:
+    rejections = Rejections(max_chars=10)
+    for pattern in ("(aaa", "(bbb"):
+        rejections.remember(_spec(pattern), InvalidGrammarError(pattern))
+    assert rejections.get(_spec("(aaa")) is not None  # now the most recently used
+    rejections.remember(_spec("(ccc"), InvalidGrammarError("c"))
+    assert rejections.get(_spec("(bbb")) is None
+    assert rejections.get(_spec("(aaa")) is not None and rejections.get(_spec("(ccc")) is not None
+
+
+def test_a_spec_larger_than_the_bound_is_not_kept() -> None:
+    rejections = Rejections(max_chars=3)
+    rejections.remember(_spec("(abcd"), InvalidGrammarError("too big to keep"))
+    assert rejections.get(_spec("(abcd")) is None
