@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from grammar_guard.demo.tiny_model import build_tiny_model
-from integration_tests.server import ApiServer, start_api_server
+from integration_tests.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -37,10 +37,7 @@ def llm(tiny_model: str) -> Iterator[LLM]:
 def api_server(tiny_model: str) -> Iterator[ApiServer]:
     with start_api_server(
         tiny_model,
-        "--structured-outputs-config.backend",
-        "grammar-guard",
-        "--structured-outputs-config.disable_any_whitespace",
-        "true",
+        *GRAMMAR_GUARD_FLAGS,
         # tool_choice="required" needs a tool parser; hermes makes vLLM send
         # the tool-call format as a structural tag.
         "--enable-auto-tool-choice",

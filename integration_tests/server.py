@@ -15,9 +15,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from grammar_guard.demo.engine import ENGINE_ENV, ENGINE_KWARGS
 
 STARTUP_TIMEOUT_S = 600
+# The server flags that select grammar-guard with compact JSON, as the tests run it.
+GRAMMAR_GUARD_FLAGS = (
+    "--structured-outputs-config.backend",
+    "grammar-guard",
+    "--structured-outputs-config.disable_any_whitespace",
+    "true",
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,31 @@ class ApiServer:
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:]
+
+    def settled_metrics(self) -> dict[str, float]:
+        """``metrics()`` once two reads a second apart agree.
+
+        Engine processes publish their numbers a fraction of a second after
+        they change, so a read right after a response may lag behind it.
+        """
+        previous = self.metrics()
+        while True:
+            time.sleep(1.0)
+            current = self.metrics()
+            if current == previous:
+                return current
+            previous = current
+
+    def metrics(self) -> dict[str, float]:
+        """grammar-guard's unlabelled samples on ``/metrics``, by sample name."""
+        with urllib.request.urlopen(self.base_url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name.startswith("grammar_guard_") and not sample.labels
+        }
 
 
 def _free_port() -> int:
@@ -45,10 +79,12 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def start_api_server(model: str, *extra_args: str) -> Iterator[ApiServer]:
+def start_api_server(
+    model: str, *extra_args: str, env: dict[str, str] | None = None
+) -> Iterator[ApiServer]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    env = {**os.environ, **ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", **(env or {})}
     log = Path(tempfile.mkstemp(prefix="grammar-guard-server-", suffix=".log")[1])
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import grammar_guard
 from grammar_guard.demo.cases import CASES, PERSON_SCHEMA, Case
 from integration_tests.oracles import assert_satisfies, assert_valid_prefix
 
@@ -216,8 +217,11 @@ def test_a_compile_failure_in_the_engine_fails_only_its_own_request(
     poisoned_regex = r"crash[0-9]{3}"
     original = cache._compile_fn
 
+    crashes: list[Any] = []
+
     def compile_or_crash(spec: Any) -> Any:
         if spec.text == poisoned_regex:
+            crashes.append(spec)
             raise MemoryError("simulated compiler crash")
         return original(spec)
 
@@ -229,3 +233,9 @@ def test_a_compile_failure_in_the_engine_fails_only_its_own_request(
     good, bad = (output.outputs[0] for output in outputs)
     assert_satisfies(healthy, good.text, good.finish_reason, compact=True)
     assert bad.finish_reason == "error" and bad.text == ""
+    # The failure is cached like an invalid grammar: the same request again is
+    # refused without a second compile.
+    errors_before = grammar_guard.metrics_snapshot()["grammar_guard_compile_errors_total"]
+    again = _generate(llm, [_params({"regex": poisoned_regex}, seed=6)])[0].outputs[0]
+    assert again.finish_reason == "error" and len(crashes) == 1
+    assert grammar_guard.metrics_snapshot()["grammar_guard_compile_errors_total"] == errors_before

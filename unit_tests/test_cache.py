@@ -691,3 +691,32 @@ def test_the_watcher_thread_fails_requests_whose_deadline_passed() -> None:
         assert isinstance(future.exception(timeout=HANG_GUARD_S), CompileTimeoutError)
     finally:
         watcher.stop()
+
+
+def test_threads_racing_on_a_key_whose_marker_expires_mid_compile(
+    pool: ThreadPoolExecutor,
+) -> None:
+    h = Harness(executor=pool)
+    first_gate = h.compiler.hold("k")
+    first = h.cache.admit("k").future
+    assert h.compiler.started["k"].wait(HANG_GUARD_S)
+    h.clock.advance(T)
+    h.cache.expire_due()
+    assert isinstance(first.exception(timeout=HANG_GUARD_S), CompileTimeoutError)
+    h.clock.advance(T)  # the marker expires while the first compile still runs
+    second_gate = h.compiler.hold("k")
+    racers: list[Future[str]] = []
+    lock = threading.Lock()
+
+    def admit(_index: int) -> None:
+        future = h.cache.admit("k").future
+        with lock:
+            racers.append(future)
+
+    run_threads(50, admit)
+    assert h.compiler.started["k"].wait(HANG_GUARD_S)
+    assert h.compiler.calls["k"] == 2  # one new compile for all fifty
+    first_gate.set()
+    second_gate.set()
+    assert {f.result(timeout=HANG_GUARD_S) for f in racers} == {"compiled:k"}
+    assert h.compiler.calls["k"] == 2 and h.cache.timeouts_of("k") == 0

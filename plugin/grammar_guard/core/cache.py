@@ -332,9 +332,10 @@ class GrammarCache(Generic[K, V]):
         limit = self._settings.compile_timeout_s
         if count > self._settings.max_retries:
             self.metrics.count(Counter.ESCALATIONS)
+            retries = f"{count - 1} retr{'y' if count == 2 else 'ies'}"
             message = (
                 f"grammar compile timed out ({limit:g} s limit) {count} times; "
-                f"gave up after {count - 1} retries: retrying will not help, "
+                f"gave up after {retries}: retrying will not help, "
                 "simplify the grammar (for example smaller maxLength or maxItems)"
             )
             return _TimeoutMarker(message, waited_s, expires_at=None)
