@@ -186,15 +186,15 @@ def test_a_grammar_fault_mid_decode_ends_only_its_own_request(
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
     poisoned_regex = r"boom[0-9]{4}"
-    original = GrammarGuardBackend.compile_grammar
+    original = GrammarGuardBackend._grammar_for
 
-    def compile_with_fault(self: Any, request_type: Any, grammar_spec: str, **kwargs: Any) -> Any:
-        grammar = original(self, request_type, grammar_spec, **kwargs)
-        if grammar_spec == poisoned_regex:
-            grammar._matcher = _ExplodingMatcher(step)
-        return grammar
+    def grammar_with_fault(self: Any, request_id: str, spec: Any, *args: Any) -> Any:
+        ready = original(self, request_id, spec, *args)
+        if spec.text == poisoned_regex:
+            ready.result()._matcher = _ExplodingMatcher(step)
+        return ready
 
-    monkeypatch.setattr(GrammarGuardBackend, "compile_grammar", compile_with_fault)
+    monkeypatch.setattr(GrammarGuardBackend, "_grammar_for", grammar_with_fault)
     healthy = [case for case in CASES if case.name in ("json_schema", "regex", "choice")]
     params = [_params(case.structured_outputs, seed=11) for case in healthy]
     outputs = _generate(llm, [*params, _params({"regex": poisoned_regex}, seed=11)])
