@@ -9,7 +9,7 @@ allowed.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -37,6 +37,21 @@ class TokenMatcher(Protocol):
     def is_terminated(self) -> bool: ...
 
     def reset(self) -> None: ...
+
+    @staticmethod
+    def fill_batch(
+        matchers: Sequence[TokenMatcher],
+        bitmask: torch.Tensor,
+        rows: Sequence[int],
+        *,
+        threads: int,
+    ) -> None:
+        """Fill ``rows[i]`` for ``matchers[i]`` in one call, on up to ``threads`` threads.
+
+        The matchers must all come from this matcher's engine. Raises on any
+        failure, possibly after some rows were written.
+        """
+        ...
 
 
 class GrammarEngine(Protocol):

@@ -7,6 +7,7 @@ exactly the grammar the engine compiles.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Collection, Sequence
@@ -20,6 +21,8 @@ from grammar_guard.core.spec import GrammarSpec, RequestKind
 
 if TYPE_CHECKING:
     import torch
+
+    from grammar_guard.core.engine import TokenMatcher
 
 # xgrammar prefixes native errors with "[hh:mm:ss] /path/file.cc:123: ".
 _NATIVE_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
@@ -76,6 +79,25 @@ class XGrammarMatcher:
 
     def reset(self) -> None:
         self._matcher.reset()
+
+    @staticmethod
+    def fill_batch(
+        matchers: Sequence[TokenMatcher],
+        bitmask: torch.Tensor,
+        rows: Sequence[int],
+        *,
+        threads: int,
+    ) -> None:
+        natives = [m._matcher for m in matchers if isinstance(m, XGrammarMatcher)]
+        if len(natives) != len(matchers):
+            raise TypeError("xgrammar can only batch-fill its own matchers")
+        _batch_matcher(threads).batch_fill_next_token_bitmask(natives, bitmask, list(rows))
+
+
+@functools.cache
+def _batch_matcher(threads: int) -> xgr.BatchGrammarMatcher:
+    # Reused: building one costs ~15 us, five times a cheap row's fill.
+    return xgr.BatchGrammarMatcher(max_threads=threads)
 
 
 class XGrammarEngine:

@@ -286,3 +286,7 @@ class GuardedGrammar(StructuredOutputGrammar):
     def _record_fault(self, step: str, exc: Exception) -> None:
         self._fault = f"{step} raised {type(exc).__name__}: {exc}"
         logger.error("Grammar %s failed in %s; its request will be ended", self._label, self._fault)
+
+    def batch_matcher(self) -> TokenMatcher | None:
+        """The matcher a batch fill may fill directly; None once faulted (its row allows all)."""
+        return self._matcher if self._fault is None else None

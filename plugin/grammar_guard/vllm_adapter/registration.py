@@ -37,6 +37,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.settings import CacheSettings
+from grammar_guard.vllm_adapter.fill_hook import install_fill_hook
 from grammar_guard.vllm_adapter.metrics_export import install_collector
 
 PATCH_MARKER = "__grammar_guard_patch__"
@@ -50,6 +51,7 @@ def install() -> None:
         _wrap_method(SamplingParams, "_validate_structured_outputs", _frontend_validation)
         _wrap_method(StructuredOutputManager, "grammar_init", _backend_construction)
         install_collector()
+        install_fill_hook()
 
 
 def installed_patches() -> dict[str, bool]:
@@ -59,6 +61,7 @@ def installed_patches() -> dict[str, bool]:
         "config_validator": _is_patched(_config_validator().func),
         "frontend_validation": _is_patched(SamplingParams._validate_structured_outputs),
         "backend_construction": _is_patched(StructuredOutputManager.grammar_init),
+        "bitmask_fill": _is_patched(StructuredOutputManager.grammar_bitmask),
     }
 
 
