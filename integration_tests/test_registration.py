@@ -59,6 +59,7 @@ def test_entry_point_installs_every_patch_once_in_a_fresh_process() -> None:
         "frontend_validation": True,
         "backend_construction": True,
         "bitmask_fill": True,
+        "bitmask_apply": True,
     }
     assert report["wrapped_once"] is True
 

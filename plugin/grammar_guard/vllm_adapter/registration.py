@@ -37,6 +37,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.settings import CacheSettings
+from grammar_guard.vllm_adapter.apply_hook import apply_hook_installed, install_apply_hook
 from grammar_guard.vllm_adapter.fill_hook import install_fill_hook
 from grammar_guard.vllm_adapter.metrics_export import install_collector
 
@@ -52,6 +53,7 @@ def install() -> None:
         _wrap_method(StructuredOutputManager, "grammar_init", _backend_construction)
         install_collector()
         install_fill_hook()
+        install_apply_hook()
 
 
 def installed_patches() -> dict[str, bool]:
@@ -61,6 +63,7 @@ def installed_patches() -> dict[str, bool]:
         "config_validator": _is_patched(_config_validator().func),
         "frontend_validation": _is_patched(SamplingParams._validate_structured_outputs),
         "backend_construction": _is_patched(StructuredOutputManager.grammar_init),
+        "bitmask_apply": apply_hook_installed(),
         "bitmask_fill": _is_patched(StructuredOutputManager.grammar_bitmask),
     }
 

@@ -1,0 +1,200 @@
+"""Apply grammar bitmasks in the worker with the plugin's kernel, for grammar-guard engines.
+
+vLLM's V1 model runner calls ``apply_grammar_bitmask`` (imported by name into
+``vllm.v1.worker.gpu_model_runner``) after every forward pass that has
+structured requests. vLLM's version rebuilds a full-batch mask with a Python
+loop per request and a new tensor each step, and on CPU round-trips 16-bit
+logits through float32. Two patches replace it for grammar-guard engines only:
+
+1. ``GPUModelRunner.sample_tokens`` (the one caller; the CPU runner inherits
+   it) records, for the duration of the call, which runner is sampling. The
+   runner's own ``vllm_config`` says which backend its engine uses, so two
+   engines in one process (one grammar-guard, one xgrammar) each get theirs.
+   ``get_current_vllm_config()`` is not set in the worker at that point.
+2. The module-level name ``apply_grammar_bitmask`` in the runner module: for a
+   grammar-guard runner, the mask rows are put in batch order with numpy and
+   applied by :class:`~grammar_guard.core.bitmask_apply.BitmaskApplier`;
+   every other runner gets vLLM's function unchanged.
+
+The V2 runner (``vllm/v1/worker/gpu/``) is not patched: it needs Triton with a
+GPU backend (the CPU build falls back to V1), and it already applies the mask
+with one fused kernel from static buffers, resolving each request's logits
+rows on the device; see ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.v1.worker import gpu_model_runner
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+from grammar_guard import BACKEND_NAME
+from grammar_guard.core.bitmask import BITS_PER_WORD
+from grammar_guard.core.bitmask_apply import BitmaskApplier
+
+_RUNNER_STATE = "__grammar_guard_apply_state__"
+_install_lock = threading.Lock()
+_sampling_runner: ContextVar[RunnerApply | None] = ContextVar(
+    "grammar_guard_sampling_runner", default=None
+)
+_counter_lock = threading.Lock()
+_applied_steps = 0
+
+
+def install_apply_hook() -> None:
+    # registration imports this module to call this function, so its marker
+    # helpers are imported here rather than at module level.
+    from grammar_guard.vllm_adapter.registration import _is_patched, _mark
+
+    with _install_lock:
+        if not _is_patched(GPUModelRunner.sample_tokens):
+            original = GPUModelRunner.sample_tokens
+            wrapper = functools.wraps(original)(_record_sampling_runner(original))
+            GPUModelRunner.sample_tokens = _mark(wrapper)  # type: ignore[method-assign]
+        if not _is_patched(gpu_model_runner.apply_grammar_bitmask):
+            original = gpu_model_runner.apply_grammar_bitmask
+            wrapper = functools.wraps(original)(_dispatch_apply(original))
+            gpu_model_runner.apply_grammar_bitmask = _mark(wrapper)
+
+
+def apply_hook_installed() -> bool:
+    from grammar_guard.vllm_adapter.registration import _is_patched
+
+    return _is_patched(GPUModelRunner.sample_tokens) and _is_patched(
+        gpu_model_runner.apply_grammar_bitmask
+    )
+
+
+def applied_steps() -> int:
+    """Decode steps whose mask the plugin applied in this process (for tests and diagnostics)."""
+    return _applied_steps
+
+
+def _record_sampling_runner(original: Callable[..., Any]) -> Callable[..., Any]:
+    def sample_tokens(self: GPUModelRunner, grammar_output: Any) -> Any:
+        token = _sampling_runner.set(_runner_apply(self))
+        try:
+            return original(self, grammar_output)
+        finally:
+            _sampling_runner.reset(token)
+
+    return sample_tokens
+
+
+def _dispatch_apply(original: Callable[..., None]) -> Callable[..., None]:
+    def apply_grammar_bitmask(
+        scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: torch.Tensor
+    ) -> None:
+        runner_apply = _sampling_runner.get()
+        if runner_apply is None:
+            return original(scheduler_output, grammar_output, input_batch, logits)
+        runner_apply.apply(scheduler_output, grammar_output, input_batch, logits)
+        _count_step()
+
+    return apply_grammar_bitmask
+
+
+def _count_step() -> None:
+    global _applied_steps
+    with _counter_lock:
+        _applied_steps += 1
+
+
+def _runner_apply(runner: GPUModelRunner) -> RunnerApply | None:
+    """The runner's apply state, or None when its engine uses another backend."""
+    state: RunnerApply | bool | None = runner.__dict__.get(_RUNNER_STATE)
+    if state is None:
+        config = runner.vllm_config.structured_outputs_config
+        uses_plugin = config is not None and config.backend == BACKEND_NAME
+        max_rows = runner.max_num_reqs * (1 + runner.num_spec_tokens)
+        state = RunnerApply(max_rows) if uses_plugin else False
+        runner.__dict__[_RUNNER_STATE] = state
+    return state or None
+
+
+@dataclass
+class RunnerApply:
+    """One runner's applier and the host buffer its mask rows are reordered into."""
+
+    max_rows: int
+    applier: BitmaskApplier | None = None
+    ordered: np.ndarray = field(default_factory=lambda: np.empty((0, 0), dtype=np.int32))
+
+    def apply(
+        self, scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: torch.Tensor
+    ) -> None:
+        bitmask = grammar_output.grammar_bitmask
+        logits_rows, mask_rows = mask_placement(
+            input_batch.req_ids,
+            input_batch.req_id_to_index,
+            scheduler_output.scheduled_spec_decode_tokens,
+            grammar_output.structured_output_request_ids,
+        )
+        if logits_rows.size == 0:
+            return
+        # Batch order makes the CPU kernel's row runs as long as possible.
+        order = np.argsort(logits_rows, kind="stable")
+        ordered = self._ordered_buffer(logits_rows.size, bitmask.shape[1])
+        np.take(bitmask, mask_rows[order], axis=0, out=ordered)
+        applier = self._applier(logits, bitmask.shape[1])
+        applier.apply(logits, torch.from_numpy(ordered), logits_rows[order])
+
+    def _ordered_buffer(self, rows: int, words: int) -> np.ndarray:
+        if self.ordered.shape[0] < rows or self.ordered.shape[1] != words:
+            self.ordered = np.empty((max(rows, self.max_rows), words), dtype=np.int32)
+        return self.ordered[:rows]
+
+    def _applier(self, logits: torch.Tensor, words: int) -> BitmaskApplier:
+        vocab_size = words * BITS_PER_WORD
+        applier = self.applier
+        if applier is None or applier.device != logits.device or applier.vocab_size != vocab_size:
+            applier = BitmaskApplier(max(self.max_rows, logits.shape[0]), vocab_size, logits.device)
+            self.applier = applier
+        return applier
+
+
+def mask_placement(
+    batch_req_ids: list[str],
+    req_id_to_index: dict[str, int],
+    spec_tokens: dict[str, list[int]],
+    grammar_req_ids: list[str],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(logits row, mask row) pairs for every mask row that belongs to this batch.
+
+    A request with ``k`` draft tokens owns ``1 + k`` consecutive rows, both in
+    the logits (batch order) and in the mask (``grammar_req_ids`` order). A
+    grammar request missing from the batch keeps its mask rows but gets none
+    applied, as in vLLM.
+    """
+    if not batch_req_ids or not grammar_req_ids:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    drafts = np.zeros(len(batch_req_ids), dtype=np.int64)
+    for req_id, tokens in spec_tokens.items():
+        index = req_id_to_index.get(req_id)
+        if index is not None:
+            drafts[index] = len(tokens)
+    logits_start = np.arange(len(batch_req_ids)) + _exclusive_cumsum(drafts)
+
+    batch_index = np.array([req_id_to_index.get(r, -1) for r in grammar_req_ids], dtype=np.int64)
+    grammar_drafts = np.array([len(spec_tokens.get(r, ())) for r in grammar_req_ids], np.int64)
+    rows_per_request = 1 + grammar_drafts
+    present = np.repeat(batch_index >= 0, rows_per_request)
+    mask_start = _exclusive_cumsum(rows_per_request)
+    mask_rows = np.arange(int(rows_per_request.sum()))
+    within = mask_rows - np.repeat(mask_start, rows_per_request)
+    logits_rows = np.repeat(logits_start[np.maximum(batch_index, 0)], rows_per_request) + within
+    return logits_rows[present], mask_rows[present]
+
+
+def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
+    sums = np.zeros(values.size, dtype=np.int64)
+    np.cumsum(values[:-1], out=sums[1:])
+    return sums
