@@ -128,6 +128,11 @@ class BitmaskFiller:
         self, bitmask: torch.Tensor, fills: Sequence[RowFill], allow_all: Iterable[int] = ()
     ) -> FillStrategy:
         """Fill ``fills`` and set every ``allow_all`` row to allow all tokens; never raises."""
+        if len(fills) == 1 and not allow_all:
+            # A lone row has one strategy; timing it would cost as much as the
+            # fill of a simple grammar.
+            fills[0].target.fill_bitmask(bitmask, fills[0].row)
+            return FillStrategy.LOOP
         for row in allow_all:
             bitmask[row].fill_(-1)
         batch: list[RowFill] = []

@@ -71,6 +71,13 @@ def _bitmask_fill(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(
                 self, requests, structured_output_request_ids, scheduled_spec_decode_tokens
             )
+        if len(structured_output_request_ids) == 1 and not scheduled_spec_decode_tokens:
+            # One row and no drafts: vLLM's own loop is the cheapest way to fill it.
+            bitmask = original(
+                self, requests, structured_output_request_ids, scheduled_spec_decode_tokens
+            )
+            _record_step(1, FillStrategy.LOOP)
+            return bitmask
         return _fill_step(
             self,
             [requests[request_id] for request_id in structured_output_request_ids],
@@ -216,6 +223,12 @@ def _fill_level(
 
 def _count(strategy: FillStrategy) -> None:
     counters.strategies[strategy] = counters.strategies.get(strategy, 0) + 1
+
+
+def _record_step(rows: int, strategy: FillStrategy) -> None:
+    counters.steps += 1
+    counters.rows += rows
+    _count(strategy)
 
 
 def _plan_rows(
