@@ -8,7 +8,16 @@ core is a spawned process that loads the plugin only through vLLM's
 from __future__ import annotations
 
 import json
+import os
 import sys
+from typing import Any
+
+
+def apply_steps_in_worker(worker: Any) -> tuple[int, int]:
+    """Run inside each worker by ``collective_rpc``: its pid and the plugin's apply count."""
+    from grammar_guard.vllm_adapter.apply_hook import applied_steps
+
+    return os.getpid(), applied_steps()
 
 
 def main(model: str) -> None:
@@ -38,7 +47,12 @@ def main(model: str) -> None:
         }
         for case, out in zip([c for c in CASES for _ in (1, 2)], outputs, strict=True)
     ]
-    report = {"engine_client": type(llm.llm_engine.engine_core).__name__, "results": results}
+    report = {
+        "engine_client": type(llm.llm_engine.engine_core).__name__,
+        "results": results,
+        "pid": os.getpid(),
+        "workers": llm.collective_rpc(apply_steps_in_worker),
+    }
     print("RESULT " + json.dumps(report), flush=True)
 
 

@@ -19,7 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_kind_works_with_the_engine_core_in_its_own_process(tiny_model: str) -> None:
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    env = {
+        **os.environ,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+        # collective_rpc ships a function to the workers to read the apply hook's count.
+        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+    }
     run = subprocess.run(
         [sys.executable, "-m", "integration_tests.multiprocess_run", tiny_model],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
@@ -28,6 +33,10 @@ def test_every_kind_works_with_the_engine_core_in_its_own_process(tiny_model: st
     assert run.returncode == 0 and lines, run.stderr[-6000:]
     report = json.loads(lines[-1].removeprefix("RESULT "))
     assert report["engine_client"] == "SyncMPClient"
+    # The plugin's mask apply ran in the worker, a process other than this script's.
+    assert report["workers"], report
+    for worker_pid, apply_steps in report["workers"]:
+        assert worker_pid != report["pid"] and apply_steps > 0
     by_name = {case.name: case for case in CASES}
     assert {result["case"] for result in report["results"]} == set(by_name)
     for result in report["results"]:
