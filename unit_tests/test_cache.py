@@ -674,6 +674,19 @@ def test_reset_still_resolves_waiters_of_compiles_in_flight(h: Harness) -> None:
     assert len(h.cache) == 0  # the orphan's result is not kept
 
 
+def test_close_fails_every_waiting_request_and_a_late_compile_changes_nothing(
+    h: Harness,
+) -> None:
+    waiting = [h.cache.admit(key).future for key in ("a", "a", "b")]
+    h.cache.close("shutting down")
+    for future in waiting:
+        error = future.exception(timeout=0)
+        assert isinstance(error, RuntimeError) and "shutting down" in str(error)
+    while h.manual.queue:
+        h.manual.run_next()  # compiles that were not cancelled end without effect
+    assert len(h.cache) == 0 and h.cache.expire_due(h.clock.now + 10 * T) is None
+
+
 # --- the deadline watcher ----------------------------------------------------------
 
 

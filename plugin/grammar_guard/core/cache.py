@@ -225,6 +225,21 @@ class GrammarCache(Generic[K, V]):
             self._bytes = 0
             self._publish_size()
 
+    def close(self, reason: str) -> None:
+        """Fail every request still waiting with ``RuntimeError(reason)``, then reset.
+
+        For a host shutting down: compiles it cancels would otherwise leave
+        their waiters unresolved.
+        """
+        with self._lock:
+            waiting = [admission for _, _, admission in self._deadlines if not admission._settled]
+            for admission in waiting:
+                admission._settled = True
+            self._deadlines.clear()
+        self.reset()
+        for admission in waiting:
+            _resolve(admission, (None, RuntimeError(reason)))
+
     # -- compile jobs -----------------------------------------------------
 
     def _submit(self, job: _Job[K, V]) -> None:

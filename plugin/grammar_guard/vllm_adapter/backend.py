@@ -186,8 +186,8 @@ class GrammarGuardBackend(StructuredOutputBackend):
     def destroy(self) -> None:
         self._watcher.stop()
         self._publisher.stop()
+        self.cache.close("the grammar-guard backend was shut down")
         self._compile_pool.shutdown(wait=False, cancel_futures=True)
-        self.cache.reset()
 
 
 class GuardedGrammar(StructuredOutputGrammar):
