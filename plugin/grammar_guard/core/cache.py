@@ -162,6 +162,7 @@ class GrammarCache(Generic[K, V]):
         now = self._clock()
         admission: Admission[V] = Admission(key, now)
         job_to_submit: _Job[K, V] | None = None
+        answer: Outcome | None = None  # set when a finished entry answers at once
         with self._lock:
             entry = self._entries.get(key)
             state = self._state(entry, now) if entry is not None else None
@@ -183,13 +184,13 @@ class GrammarCache(Generic[K, V]):
                     self._attach(admission, entry.job)
                 else:
                     admission.hit = True
-                    outcome = self._answer(entry, now)
+                    answer = self._answer(entry, now)
                     admission._settled = True
             self._publish_size()
         if job_to_submit is not None:
             self._submit(job_to_submit)
-        elif admission.hit:
-            _resolve(admission, outcome)
+        elif answer is not None:
+            _resolve(admission, answer)
         return admission
 
     def expire_due(self, now: float | None = None) -> float | None:
