@@ -13,8 +13,10 @@ other backend's traffic to the original code unchanged:
    in the engine core and admit requests through the plugin's own compile
    pool, never vLLM's single grammar thread.
 
-It also adds grammar-guard's cache metrics to the process's Prometheus
-registry, so the API server's ``/metrics`` shows them.
+It also installs the bitmask hooks (``fill_hook``: the engine core's per-step
+fill; ``apply_hook``: the worker's apply), which take over only for
+grammar-guard engines, and adds grammar-guard's cache metrics to the
+process's Prometheus registry, so the API server's ``/metrics`` shows them.
 
 Every wrapper carries a marker attribute, so installing twice (vLLM loads
 plugins in every process, sometimes more than once) never wraps twice.
