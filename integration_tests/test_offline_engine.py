@@ -188,11 +188,11 @@ def test_a_grammar_fault_mid_decode_ends_only_its_own_request(
     poisoned_regex = r"boom[0-9]{4}"
     original = GrammarGuardBackend._grammar_for
 
-    def grammar_with_fault(self: Any, request_id: str, spec: Any, *args: Any) -> Any:
-        ready = original(self, request_id, spec, *args)
+    def grammar_with_fault(self: Any, spec: Any, *args: Any) -> Any:
+        grammar = original(self, spec, *args)
         if spec.text == poisoned_regex:
-            ready.result()._matcher = _ExplodingMatcher(step)
-        return ready
+            grammar._matcher = _ExplodingMatcher(step)
+        return grammar
 
     monkeypatch.setattr(GrammarGuardBackend, "_grammar_for", grammar_with_fault)
     healthy = [case for case in CASES if case.name in ("json_schema", "regex", "choice")]

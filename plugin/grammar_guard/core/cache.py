@@ -77,7 +77,6 @@ class _Job(Generic[K, V]):
 @dataclass
 class _TimeoutMarker:
     message: str
-    timed_out_after_s: float
     expires_at: float | None  # None: permanent
 
 
@@ -132,10 +131,6 @@ class GrammarCache(Generic[K, V]):
         self._timeouts: OrderedDict[K, int] = OrderedDict()
         self._deadlines: list[tuple[float, int, Admission[V]]] = []
         self._sequence = itertools.count()
-
-    @property
-    def settings(self) -> CacheSettings:
-        return self._settings
 
     def __len__(self) -> int:
         with self._lock:
@@ -334,12 +329,12 @@ class GrammarCache(Generic[K, V]):
             # already counted: fail this request, record nothing.
             return (None, self._timeout_error(admission, now, marker=None))
         if entry.marker is None:
-            entry.marker = self._record_timeout(job.key, now - admission.requested_at, now)
+            entry.marker = self._record_timeout(job.key, now)
             self._resize(entry, self._entry_bytes(entry))
             self._publish_size()
         return (None, self._timeout_error(admission, now, marker=entry.marker))
 
-    def _record_timeout(self, key: K, waited_s: float, now: float) -> _TimeoutMarker:
+    def _record_timeout(self, key: K, now: float) -> _TimeoutMarker:
         self.metrics.count(Counter.COMPILE_TIMEOUTS)
         count = self._timeouts.pop(key, 0) + 1
         self._timeouts[key] = count
@@ -354,13 +349,13 @@ class GrammarCache(Generic[K, V]):
                 f"gave up after {retries}: retrying will not help, "
                 "simplify the grammar (for example smaller maxLength or maxItems)"
             )
-            return _TimeoutMarker(message, waited_s, expires_at=None)
+            return _TimeoutMarker(message, expires_at=None)
         ttl = self._settings.ttl_s
         message = (
             f"grammar compile timed out ({limit:g} s limit); it goes on in the background "
             f"and a retry after {ttl:g} s may be served from the cache"
         )
-        return _TimeoutMarker(message, waited_s, expires_at=now + ttl)
+        return _TimeoutMarker(message, expires_at=now + ttl)
 
     def _timeout_error(
         self, admission: Admission[V], now: float, marker: _TimeoutMarker | None

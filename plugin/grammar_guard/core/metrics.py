@@ -8,6 +8,7 @@ they can cross process boundaries as JSON and be summed.
 from __future__ import annotations
 
 import bisect
+import copy
 import enum
 import threading
 from collections.abc import Callable, Iterable
@@ -166,7 +167,7 @@ class CacheMetrics:
 
     def snapshot(self) -> MetricsSnapshot:
         with self._lock:
-            return MetricsSnapshot.from_json(self._current.to_json())
+            return copy.deepcopy(self._current)
 
     def _changed(self) -> None:
         if self._on_change is not None:

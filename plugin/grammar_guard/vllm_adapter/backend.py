@@ -62,6 +62,12 @@ def build_engine(tokenizer: object, vocab_size: int) -> GrammarEngine:
     )
 
 
+def _log_refusal(request_id: str, error: BaseException) -> None:
+    # vLLM ends the request with finish_reason "error" and has no channel
+    # for the reason, so the log is where an operator finds it.
+    logger.warning("grammar-guard: request %s gets no grammar: %s", request_id, error)
+
+
 def _failed(error: BaseException) -> Future[StructuredOutputGrammar]:
     future: Future[StructuredOutputGrammar] = Future()
     future.set_exception(error)
@@ -134,50 +140,36 @@ class GrammarGuardBackend(StructuredOutputBackend):
             return self._refuse(request_id, exc)
         admission = self.cache.admit(spec)
         if admission.future.done():
-            ready = self._grammar_for(request_id, spec, admission.future, stop_token_ids)
-            return ready.result() if ready.exception() is None else ready
+            try:
+                return self._grammar_for(spec, admission.future, stop_token_ids)
+            except Exception as exc:
+                return self._refuse(request_id, exc)
         pending: Future[StructuredOutputGrammar] = Future()
 
         def deliver(compiled: Future[CompiledGrammar]) -> None:
-            outcome = self._grammar_for(request_id, spec, compiled, stop_token_ids)
-            if pending.set_running_or_notify_cancel():
-                if (error := outcome.exception()) is not None:
-                    pending.set_exception(error)
-                else:
-                    pending.set_result(outcome.result())
+            if not pending.set_running_or_notify_cancel():
+                return
+            try:
+                pending.set_result(self._grammar_for(spec, compiled, stop_token_ids))
+            except Exception as exc:
+                _log_refusal(request_id, exc)
+                pending.set_exception(exc)
 
         admission.future.add_done_callback(deliver)
         return pending
 
     def _grammar_for(
-        self,
-        request_id: str,
-        spec: GrammarSpec,
-        compiled: Future[CompiledGrammar],
-        stop_token_ids: set[int] | None,
-    ) -> Future[StructuredOutputGrammar]:
-        """A finished future of the request's own grammar, or of why it has none."""
-        if compiled.cancelled():
-            return _failed(InvalidGrammarError("grammar request was cancelled"))
-        if (error := compiled.exception()) is not None:
-            return self._refuse(request_id, error)
-        try:
-            matcher = self._engine.new_matcher(
-                compiled.result(),
-                stop_token_ids=stop_token_ids,
-                max_rollback_tokens=self._max_rollback,
-            )
-        except Exception as exc:
-            return self._refuse(request_id, exc)
-        ready: Future[StructuredOutputGrammar] = Future()
-        ready.set_result(GuardedGrammar(matcher, spec.describe()))
-        return ready
+        self, spec: GrammarSpec, compiled: Future[CompiledGrammar], stop_token_ids: set[int] | None
+    ) -> StructuredOutputGrammar:
+        """The request's own grammar over the shared compiled one; raises why there is none."""
+        matcher = self._engine.new_matcher(
+            compiled.result(), stop_token_ids=stop_token_ids, max_rollback_tokens=self._max_rollback
+        )
+        return GuardedGrammar(matcher, spec.describe())
 
     @staticmethod
     def _refuse(request_id: str, error: BaseException) -> Future[StructuredOutputGrammar]:
-        # vLLM ends the request with finish_reason "error" and has no channel
-        # for the reason, so the log is where an operator finds it.
-        logger.warning("grammar-guard: request %s gets no grammar: %s", request_id, error)
+        _log_refusal(request_id, error)
         return _failed(error)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
