@@ -54,11 +54,35 @@ class TokenMatcher(Protocol):
         ...
 
 
+class EngineRecipe(Protocol):
+    """What another process needs to build an equal engine; picklable."""
+
+    def build(self) -> GrammarEngine: ...
+
+
 class GrammarEngine(Protocol):
     """Compiles request specs and creates per-request matchers for one tokenizer."""
 
     @property
     def vocab_size(self) -> int: ...
+
+    @property
+    def fingerprint(self) -> str:
+        """Names the tokenizer vocabulary and library format a serialised grammar is bound to.
+
+        Two engines with equal fingerprints can load each other's
+        serialised grammars; any difference (another tokenizer, another
+        library release) gives another fingerprint.
+        """
+        ...
+
+    def recipe(self) -> EngineRecipe: ...
+
+    def serialize(self, compiled: CompiledGrammar) -> bytes: ...
+
+    def deserialize(self, data: bytes) -> CompiledGrammar:
+        """The grammar ``serialize`` wrote; raises ``ValueError`` for data it cannot load."""
+        ...
 
     @staticmethod
     def check(spec: GrammarSpec) -> None:

@@ -8,6 +8,8 @@ exactly the grammar the engine compiles.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import json
 import re
 from collections.abc import Collection, Sequence
@@ -100,9 +102,22 @@ def _batch_matcher(threads: int) -> xgr.BatchGrammarMatcher:
     return xgr.BatchGrammarMatcher(max_threads=threads)
 
 
+@dataclass(frozen=True)
+class XGrammarRecipe:
+    """An :class:`XGrammarEngine` as picklable data, for compile processes."""
+
+    tokenizer_json: str
+    compile_threads: int
+
+    def build(self) -> XGrammarEngine:
+        info = xgr.TokenizerInfo.deserialize_json(self.tokenizer_json)
+        return XGrammarEngine(info, compile_threads=self.compile_threads)
+
+
 class XGrammarEngine:
     def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, compile_threads: int) -> None:
         self._tokenizer_info = tokenizer_info
+        self._compile_threads = compile_threads
         # Caching is ours (keyed by GrammarSpec); xgrammar's own cache would
         # hold a second, unbounded-by-us copy of every grammar.
         self._compiler = xgr.GrammarCompiler(
@@ -139,6 +154,34 @@ class XGrammarEngine:
     @property
     def vocab_size(self) -> int:
         return int(self._tokenizer_info.vocab_size)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        # The whole serialised vocabulary, not its size: two tokenizers of one
+        # size can differ in every token. The library release stands in for
+        # its serialisation format, which it does not expose on its own.
+        digest = hashlib.sha256(self._tokenizer_json.encode())
+        digest.update(importlib.metadata.version("xgrammar").encode())
+        return "xgrammar-" + digest.hexdigest()[:32]
+
+    @functools.cached_property
+    def _tokenizer_json(self) -> str:
+        return str(self._tokenizer_info.serialize_json())
+
+    def recipe(self) -> XGrammarRecipe:
+        return XGrammarRecipe(self._tokenizer_json, self._compile_threads)
+
+    def serialize(self, compiled: XGrammarCompiled) -> bytes:  # type: ignore[override]
+        return str(compiled.compiled.serialize_json()).encode()
+
+    def deserialize(self, data: bytes) -> XGrammarCompiled:
+        try:
+            text = data.decode()
+            compiled = xgr.CompiledGrammar.deserialize_json(text, self._tokenizer_info)
+        # xgrammar reports every load failure as a RuntimeError subclass.
+        except (UnicodeDecodeError, RuntimeError) as exc:
+            raise ValueError(f"not a compiled grammar for this engine: {_reason(exc)}") from exc
+        return XGrammarCompiled(compiled)
 
     @staticmethod
     def check(spec: GrammarSpec) -> None:
