@@ -90,7 +90,9 @@ def test_diffusion_models_are_refused() -> None:
 def stuck_parser(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A parse that never returns until released, as a pathological input would."""
     release = threading.Event()
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(lambda spec: release.wait()))
+    monkeypatch.setattr(
+        XGrammarEngine, "check", staticmethod(lambda spec, **_: release.wait())
+    )
     monkeypatch.setattr(frontend, "PARSE_DEADLINE_S", 0.01)
     yield
     release.set()
@@ -109,7 +111,7 @@ def test_a_repeated_invalid_request_is_refused_without_a_second_parse(
     with pytest.raises(VLLMValidationError, match="integerr") as first:
         _validate(GUARD, json=schema)
 
-    def must_not_parse(spec: Any) -> None:
+    def must_not_parse(spec: Any, **_: Any) -> None:
         raise AssertionError("parsed again")
 
     monkeypatch.setattr(XGrammarEngine, "check", staticmethod(must_not_parse))
@@ -118,3 +120,87 @@ def test_a_repeated_invalid_request_is_refused_without_a_second_parse(
     assert str(second.value) == str(first.value)
     errors = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]
     assert errors == errors_before + 1
+
+
+# --- keywords xgrammar would not enforce -------------------------------------------------
+
+UNENFORCED_FORMAT = 'grammar_guard_unenforced_total{keyword="format"}'
+UNENFORCED_NOT = 'grammar_guard_unenforced_total{keyword="not"}'
+
+
+def _two_emails_and_a_not(tag: str) -> dict[str, Any]:
+    """A fresh schema per test (refusals are remembered per schema)."""
+    return {
+        "type": "object",
+        "title": tag,
+        "properties": {
+            "from": {"type": "string", "format": "email"},
+            "to": {"type": "string", "format": "email"},
+            "n": {"type": "integer", "not": {"const": 0}},
+        },
+    }
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, message: str, *args: Any) -> None:
+        self.warnings.append(message % args)
+
+
+def test_unenforced_keywords_are_refused_naming_each_and_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GRAMMAR_GUARD_UNENFORCED", raising=False)
+    schema = _two_emails_and_a_not("refused")
+    errors_before = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]
+    with pytest.raises(VLLMValidationError) as refused:
+        _validate(GUARD, json=schema)
+    reason = str(refused.value)
+    assert "'format: email' at /properties/from/format" in reason
+    assert "'format: email' at /properties/to/format" in reason
+    assert "'not' at /properties/n/not" in reason
+    assert "GRAMMAR_GUARD_UNENFORCED=warn" in reason
+    assert refused.value.parameter == "structured_outputs"
+
+    def must_not_parse(spec: Any, **_: Any) -> None:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(must_not_parse))
+    with pytest.raises(VLLMValidationError, match="cannot enforce"):
+        _validate(GUARD, json=schema)
+    errors = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]
+    assert errors == errors_before + 1
+
+
+def test_warn_mode_accepts_logs_each_keyword_and_counts_it_once_per_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GRAMMAR_GUARD_UNENFORCED", "warn")
+    recorder = _Recorder()
+    monkeypatch.setattr(frontend, "logger", recorder)
+    before = frontend._metrics.snapshot().as_dict()
+    for _ in range(2):
+        params = _validate(GUARD, json=_two_emails_and_a_not("warned"))
+        assert params.structured_outputs is not None
+        assert params.structured_outputs._backend == "grammar-guard"
+    assert len(recorder.warnings) == 6  # three keywords, two requests
+    assert any(
+        "'format: email' at /properties/to/format" in line and "not enforced" in line
+        for line in recorder.warnings
+    )
+    after = frontend._metrics.snapshot().as_dict()
+    assert after[UNENFORCED_FORMAT] - before.get(UNENFORCED_FORMAT, 0) == 2  # not 4
+    assert after[UNENFORCED_NOT] - before.get(UNENFORCED_NOT, 0) == 2
+
+
+def test_an_enforced_schema_logs_and_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAMMAR_GUARD_UNENFORCED", "warn")
+    recorder = _Recorder()
+    monkeypatch.setattr(frontend, "logger", recorder)
+    before = frontend._metrics.snapshot().labelled
+    uuid = {"type": "string", "format": "uuid"}
+    _validate(GUARD, json={"type": "object", "properties": {"id": uuid}})
+    assert recorder.warnings == []
+    assert frontend._metrics.snapshot().labelled == before

@@ -14,7 +14,13 @@ from prometheus_client.core import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 import grammar_guard
-from grammar_guard.core.metrics import CacheMetrics, Counter, Gauge, MetricsSnapshot
+from grammar_guard.core.metrics import (
+    CacheMetrics,
+    Counter,
+    Gauge,
+    LabelledCounter,
+    MetricsSnapshot,
+)
 from grammar_guard.vllm_adapter import metrics_export
 
 grammar_guard.register()
@@ -118,3 +124,53 @@ def test_publisher_writes_for_its_parent_and_cleans_up(metrics_dir: Path) -> Non
     assert MetricsSnapshot.from_json(json.loads(written.read_text())).counters[Counter.HITS] == 3
     publisher.stop()
     assert not written.exists()
+
+
+# --- labelled counters ---------------------------------------------------------------------
+
+UNENFORCED = 'grammar_guard_unenforced_total{keyword="%s"}'
+
+
+def _unenforced_metrics(**counts: int) -> CacheMetrics:
+    metrics = CacheMetrics()
+    for keyword, count in counts.items():
+        metrics.count_labelled(LabelledCounter.UNENFORCED, keyword, count)
+    return metrics
+
+
+def test_labelled_counts_sum_across_processes_and_survive_json() -> None:
+    first = _unenforced_metrics(format=2, unknown=1).snapshot()
+    second = MetricsSnapshot.from_json(
+        json.loads(json.dumps(_unenforced_metrics(format=1, uniqueItems=4).snapshot().to_json()))
+    )
+    total = MetricsSnapshot.total([first, second])
+    assert total[UNENFORCED % "format"] == 3
+    assert total[UNENFORCED % "uniqueItems"] == 4 and total[UNENFORCED % "unknown"] == 1
+    assert first.labelled[LabelledCounter.UNENFORCED] == {"format": 2, "unknown": 1}
+
+
+def test_a_snapshot_written_before_labelled_counters_still_reads() -> None:
+    old = _busy_metrics().snapshot().to_json()
+    del old["labelled"]
+    snapshot = MetricsSnapshot.from_json(old)
+    assert snapshot.labelled[LabelledCounter.UNENFORCED] == {}
+    assert snapshot.counters[Counter.HITS] == 3
+
+
+def test_prometheus_exposition_carries_the_keyword_label() -> None:
+    metrics = _unenforced_metrics(**{"format": 2, "not": 1})
+    metrics_export.add_local_source(metrics)
+    try:
+        text = generate_latest(REGISTRY).decode()
+    finally:
+        metrics_export.remove_local_source(metrics)
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "grammar_guard_unenforced_total"
+    }
+    assert samples[("grammar_guard_unenforced_total", (("keyword", "format"),))] >= 2
+    assert samples[("grammar_guard_unenforced_total", (("keyword", "not"),))] >= 1
+    families = {family.name: family.type for family in text_string_to_metric_families(text)}
+    assert families["grammar_guard_unenforced"] == "counter"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -9,8 +10,11 @@ import pytest
 import torch
 
 from grammar_guard.core.bitmask import allocate_bitmask, words_per_row
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.schema_analysis import analyze
+from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher, grammar_is_lark
 
 if TYPE_CHECKING:
@@ -391,3 +395,119 @@ def test_legacy_structural_tag_missing_fields_is_refused(small: SmallTokenizer) 
     )
     with pytest.raises(InvalidGrammarError, match="'schema'"):
         small.engine.check(spec)
+
+
+# --- keywords xgrammar would not enforce -------------------------------------------------
+
+UNENFORCED_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "email": {"type": "string", "format": "email"},
+        "n": {"type": "integer", "not": {"const": 3}},
+    },
+    "required": ["email", "n"],
+}
+
+
+def test_check_refuses_unenforced_keywords_naming_each(small: SmallTokenizer) -> None:
+    spec = small.spec(RequestKind.JSON_SCHEMA, UNENFORCED_SCHEMA, COMPACT)
+    with pytest.raises(UnenforcedKeywordError) as refused:
+        XGrammarEngine.check(spec)
+    assert [(f.keyword, f.pointer) for f in refused.value.findings] == [
+        ("format", "/properties/email/format"),
+        ("not", "/properties/n/not"),
+    ]
+    assert refused.value.reason == (
+        "json_schema uses keywords grammar-guard cannot enforce: 'format: email' at "
+        "/properties/email/format, 'not' at /properties/n/not; set "
+        "GRAMMAR_GUARD_UNENFORCED=warn to accept them unenforced"
+    )
+    assert isinstance(refused.value, InvalidGrammarError)  # a 400, like any invalid grammar
+    with pytest.raises(UnenforcedKeywordError):
+        small.engine.compile(spec)  # the engine's compile applies the same analysis
+
+
+def test_warn_mode_returns_the_findings_and_compiles(small: SmallTokenizer) -> None:
+    spec = small.spec(RequestKind.JSON_SCHEMA, UNENFORCED_SCHEMA, COMPACT)
+    found = XGrammarEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
+    assert [f.label for f in found] == ["format: email", "not"]
+    engine = XGrammarEngine(small.engine._tokenizer_info, compile_threads=1,
+                            unenforced=UnenforcedPolicy.WARN)  # fmt: skip
+    matcher = engine.new_matcher(engine.compile(spec), stop_token_ids=None, max_rollback_tokens=0)
+    # What xgrammar does enforce still holds: the required integer.
+    assert not small.accepts_all(matcher, small.ids('{"email":"a","n":"x"'))
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        (RequestKind.JSON_SCHEMA, OBJECT_SCHEMA),
+        (RequestKind.JSON_OBJECT, None),
+        (RequestKind.REGEX, "a+x"),  # not a schema: the analysis is for JSON schemas
+        (RequestKind.STRUCTURAL_TAG, NEW_TAG),
+    ],
+)
+def test_what_xgrammar_enforces_has_no_findings(
+    small: SmallTokenizer, kind: RequestKind, source: Any
+) -> None:
+    spec = small.spec(kind, source, COMPACT)
+    assert XGrammarEngine.check(spec) == ()
+    assert XGrammarEngine.check(spec, unenforced=UnenforcedPolicy.WARN) == ()
+
+
+def test_an_invalid_schema_is_reported_as_invalid_before_any_analysis(
+    small: SmallTokenizer,
+) -> None:
+    spec = small.spec(RequestKind.JSON_SCHEMA, {"type": "integr", "not": {}}, COMPACT)
+    with pytest.raises(InvalidGrammarError, match='Unsupported type "integr"') as refused:
+        XGrammarEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
+    assert not isinstance(refused.value, UnenforcedKeywordError)
+
+
+def test_structural_tag_schemas_are_analysed(small: SmallTokenizer) -> None:
+    tag = {
+        "type": "structural_tag",
+        "format": {
+            "type": "tag",
+            "begin": "<a>",
+            "content": {
+                "type": "json_schema",
+                "json_schema": {"type": "array", "uniqueItems": True},
+            },
+            "end": "</a>",
+        },
+    }
+    spec = small.spec(RequestKind.STRUCTURAL_TAG, tag, COMPACT)
+    with pytest.raises(
+        UnenforcedKeywordError,
+        match=r"^structural_tag uses .*'uniqueItems' at /format/content/json_schema/uniqueItems;",
+    ):
+        small.engine.compile(spec)
+    found = XGrammarEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
+    assert [f.pointer for f in found] == ["/format/content/json_schema/uniqueItems"]
+
+
+def test_the_recipe_carries_the_policy(small: SmallTokenizer) -> None:
+    engine = XGrammarEngine(small.engine._tokenizer_info, compile_threads=1,
+                            unenforced=UnenforcedPolicy.WARN)  # fmt: skip
+    rebuilt = engine.recipe().build()
+    spec = small.spec(RequestKind.JSON_SCHEMA, UNENFORCED_SCHEMA, COMPACT)
+    assert rebuilt.compile(spec).memory_bytes > 0
+    with pytest.raises(UnenforcedKeywordError):
+        small.engine.recipe().build().compile(spec)
+
+
+def test_a_long_list_of_findings_keeps_the_reason_short_and_actionable() -> None:
+    schema = {"type": "object", "properties": {f"p{i}": {"not": {}} for i in range(60)}}
+    error = UnenforcedKeywordError("json_schema", analyze(schema, XGRAMMAR))
+    assert len(error.findings) == 60
+    assert len(error.reason) <= 400
+    assert error.reason.endswith("set GRAMMAR_GUARD_UNENFORCED=warn to accept them unenforced")
+    assert re.search(r"'not' at /properties/p\d+/not and \d+ more;", error.reason)
+
+
+def test_the_error_survives_pickling() -> None:
+    error = UnenforcedKeywordError("json_schema", analyze({"not": {}}, XGRAMMAR))
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, UnenforcedKeywordError)
+    assert copy.reason == error.reason and copy.findings == error.findings

@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from grammar_guard.core.settings import UnenforcedPolicy
+
 if TYPE_CHECKING:
     import torch
 
+    from grammar_guard.core.schema_analysis import Finding
     from grammar_guard.core.spec import GrammarSpec
 
 
@@ -85,10 +88,14 @@ class GrammarEngine(Protocol):
         ...
 
     @staticmethod
-    def check(spec: GrammarSpec) -> None:
+    def check(
+        spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+    ) -> tuple[Finding, ...]:
         """Parse ``spec`` without a tokenizer; raise ``InvalidGrammarError`` if it is invalid.
 
-        Cheap enough for the request path of an API server.
+        Cheap enough for the request path of an API server. Schema keywords
+        the engine would not enforce raise ``UnenforcedKeywordError`` under
+        the refuse policy and are returned under the warn policy.
         """
         ...
 

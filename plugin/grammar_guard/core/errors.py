@@ -7,6 +7,12 @@ client's problem, not as a server fault.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grammar_guard.core.schema_analysis import Finding
+
 # Long reasons are cut so a rejected megabyte schema is never echoed back.
 MAX_REASON_CHARS = 400
 
@@ -24,6 +30,41 @@ class InvalidGrammarError(ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = shorten(reason)
         super().__init__(self.reason)
+
+
+class UnenforcedKeywordError(InvalidGrammarError):
+    """The schema asks for constraints the grammar engine would silently not enforce.
+
+    ``findings`` lists each one (``.keyword``, ``.pointer``, ``.label``,
+    ``.reason``; see :class:`grammar_guard.core.schema_analysis.Finding`); the
+    reason names as many as fit and says how to accept them anyway.
+    """
+
+    SUFFIX = "; set GRAMMAR_GUARD_UNENFORCED=warn to accept them unenforced"
+
+    def __init__(self, kind: str, findings: Sequence[Finding]) -> None:
+        self.kind = kind
+        self.findings = tuple(findings)
+        head = f"{kind} uses keywords grammar-guard cannot enforce: "
+        budget = MAX_REASON_CHARS - len(head) - len(self.SUFFIX)
+        listed: list[str] = []
+        text = ""
+        for index, finding in enumerate(self.findings):
+            item = shorten(finding.describe(), 160)
+            candidate = ", ".join([*listed, item])
+            left_after = len(self.findings) - index - 1
+            tail = f" and {left_after} more" if left_after else ""
+            if listed and len(candidate) + len(tail) > budget:
+                text = ", ".join(listed) + f" and {len(self.findings) - index} more"
+                break
+            listed.append(item)
+        else:
+            text = ", ".join(listed)
+        super().__init__(head + text + self.SUFFIX)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled across compile processes: rebuild from the findings, not the reason.
+        return (type(self), (self.kind, self.findings))
 
 
 class CompileTimeoutError(TimeoutError):

@@ -26,11 +26,31 @@ class Counter(enum.Enum):
     COMPILE_TIMEOUTS = "compile_timeouts"
     ESCALATIONS = "escalations"
     EVICTIONS = "evictions"
+    # The persistent cache (GRAMMAR_GUARD_CACHE_DIR); zero while it is off.
+    DISK_HITS = "disk_hits"
+    DISK_MISSES = "disk_misses"
+    DISK_WRITES = "disk_writes"
+    DISK_ERRORS = "disk_errors"
 
 
 class Gauge(enum.Enum):
     CACHE_BYTES = "cache_bytes"
     CACHE_ENTRIES = "cache_entries"
+
+
+class LabelledCounter(enum.Enum):
+    """Counts split by one label: ``grammar_guard_<value>_total{<label_name>="..."}``.
+
+    Label values must come from a bounded set (keyword names, not client text).
+    """
+
+    # Requests accepted in GRAMMAR_GUARD_UNENFORCED=warn mode, once per
+    # request for each JSON-Schema keyword xgrammar did not enforce.
+    UNENFORCED = "unenforced"
+
+    @property
+    def label_name(self) -> str:
+        return "keyword"
 
 
 # Compiles range from microseconds (small schemas) to tens of seconds (long
@@ -80,6 +100,9 @@ class MetricsSnapshot:
     counters: dict[Counter, int] = field(default_factory=lambda: dict.fromkeys(Counter, 0))
     gauges: dict[Gauge, int] = field(default_factory=lambda: dict.fromkeys(Gauge, 0))
     compile_seconds: HistogramSnapshot = field(default_factory=HistogramSnapshot)
+    labelled: dict[LabelledCounter, dict[str, int]] = field(
+        default_factory=lambda: {counter: {} for counter in LabelledCounter}
+    )
 
     def __getitem__(self, name: str) -> float:
         """Look a number up by its exported name, e.g. ``"grammar_guard_compiles_total"``."""
@@ -93,6 +116,10 @@ class MetricsSnapshot:
         numbers.update({f"grammar_guard_{gauge.value}": v for gauge, v in self.gauges.items()})
         numbers["grammar_guard_compile_seconds_count"] = self.compile_seconds.count
         numbers["grammar_guard_compile_seconds_sum"] = self.compile_seconds.total
+        for labelled, values in self.labelled.items():
+            for label, value in values.items():
+                name = f'grammar_guard_{labelled.value}_total{{{labelled.label_name}="{label}"}}'
+                numbers[name] = value
         return numbers
 
     def to_json(self) -> dict[str, Any]:
@@ -103,6 +130,7 @@ class MetricsSnapshot:
                 "counts": self.compile_seconds.counts,
                 "sum": self.compile_seconds.total,
             },
+            "labelled": {counter.value: dict(v) for counter, v in self.labelled.items()},
         }
 
     @classmethod
@@ -117,6 +145,11 @@ class MetricsSnapshot:
             counters={c: int(data["counters"].get(c.value, 0)) for c in Counter},
             gauges={g: int(data["gauges"].get(g.value, 0)) for g in Gauge},
             compile_seconds=histogram,
+            # Absent in files written before labelled counters existed.
+            labelled={
+                c: {str(k): int(v) for k, v in data.get("labelled", {}).get(c.value, {}).items()}
+                for c in LabelledCounter
+            },
         )
 
     @classmethod
@@ -131,6 +164,10 @@ class MetricsSnapshot:
             for i, count in enumerate(snapshot.compile_seconds.counts):
                 result.compile_seconds.counts[i] += count
             result.compile_seconds.total += snapshot.compile_seconds.total
+            for labelled, values in snapshot.labelled.items():
+                into = result.labelled[labelled]
+                for label, value in values.items():
+                    into[label] = into.get(label, 0) + value
         return result
 
 
@@ -150,6 +187,13 @@ class CacheMetrics:
         if amount:
             with self._lock:
                 self._current.counters[counter] += amount
+            self._changed()
+
+    def count_labelled(self, counter: LabelledCounter, label: str, amount: int = 1) -> None:
+        if amount:
+            with self._lock:
+                values = self._current.labelled[counter]
+                values[label] = values.get(label, 0) + amount
             self._changed()
 
     def set_size(self, cache_bytes: int, cache_entries: int) -> None:

@@ -6,10 +6,12 @@ refuses to start instead of running with a setting it silently ignored.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T", int, float)
@@ -20,6 +22,41 @@ MIB = 1 << 20
 
 class SettingsError(ValueError):
     pass
+
+
+class CompileIsolation(enum.Enum):
+    """Where grammars compile (see docs/compile-isolation.md)."""
+
+    PROCESS = "process"  # worker processes: a compile past its hard limit is killed
+    THREAD = "thread"  # the compile pool's threads: no overhead, but nothing stops a compile
+
+
+# The default hard limit, in compile timeouts: a compile that timed out may
+# still land and serve a retry, up to the point where it is not worth a CPU.
+KILL_AFTER_TIMEOUTS = 4
+
+
+class UnenforcedPolicy(enum.Enum):
+    """What to do with a JSON schema that asks for constraints the engine would not enforce."""
+
+    REFUSE = "refuse"  # a 400 naming each keyword and where it is
+    WARN = "warn"  # compile anyway; the API process logs and counts each keyword
+
+
+UNENFORCED_VARIABLE = ENV_PREFIX + "UNENFORCED"
+
+
+def unenforced_policy_from_env(environ: Mapping[str, str] | None = None) -> UnenforcedPolicy:
+    """``GRAMMAR_GUARD_UNENFORCED``, default ``refuse``; a bad value raises SettingsError."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(UNENFORCED_VARIABLE, "").strip()
+    if not raw:
+        return UnenforcedPolicy.REFUSE
+    try:
+        return UnenforcedPolicy(raw.lower())
+    except ValueError:
+        choices = ", ".join(policy.value for policy in UnenforcedPolicy)
+        raise SettingsError(f"{UNENFORCED_VARIABLE}={raw!r} must be one of {choices}") from None
 
 
 def default_compile_workers() -> int:
@@ -35,10 +72,24 @@ class CacheSettings:
     max_bytes: int = 512 * MIB
     max_entries: int = 1024
     compile_workers: int = field(default_factory=default_compile_workers)
+    compile_isolation: CompileIsolation = CompileIsolation.PROCESS
+    compile_kill_after_s: float | None = None  # None: KILL_AFTER_TIMEOUTS compile timeouts
+    # Persistent cache folder; None (the default) keeps compiled grammars in memory only.
+    cache_dir: Path | None = None
+    cache_dir_max_bytes: int = 1024 * MIB
+    warmup_file: Path | None = None
+    unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
 
     @property
     def ttl_s(self) -> float:
         return self.compile_timeout_s if self.timeout_ttl_s is None else self.timeout_ttl_s
+
+    @property
+    def kill_after_s(self) -> float:
+        """How long a compile may run in its process before it is killed."""
+        if self.compile_kill_after_s is not None:
+            return self.compile_kill_after_s
+        return KILL_AFTER_TIMEOUTS * self.compile_timeout_s
 
     @property
     def max_tracked_keys(self) -> int:
@@ -63,6 +114,31 @@ class CacheSettings:
                 raise SettingsError(f"{variable}={raw!r} must be at least {minimum}")
             return value
 
+        def read_path(name: str, *, folder: bool) -> Path | None:
+            variable = ENV_PREFIX + name
+            raw = environ.get(variable, "").strip()
+            if not raw:
+                return None
+            path = Path(raw).expanduser()
+            # A folder may not exist yet (it is created on first write); a
+            # file must, so that a typo stops start-up instead of warming nothing.
+            if folder and path.exists() and not path.is_dir():
+                raise SettingsError(f"{variable}={raw!r} is not a folder")
+            if not folder and not (path.is_file() and os.access(path, os.R_OK)):
+                raise SettingsError(f"{variable}={raw!r} is not a readable file")
+            return path
+
+        def read_isolation() -> CompileIsolation:
+            variable = ENV_PREFIX + "COMPILE_ISOLATION"
+            raw = environ.get(variable, "").strip()
+            if not raw:
+                return defaults.compile_isolation
+            try:
+                return CompileIsolation(raw.lower())
+            except ValueError:
+                choices = ", ".join(choice.value for choice in CompileIsolation)
+                raise SettingsError(f"{variable}={raw!r} must be one of {choices}") from None
+
         timeout = read("COMPILE_TIMEOUT_S", float, defaults.compile_timeout_s, 0.001)
         cache_mb = read("CACHE_MB", float, defaults.max_bytes / MIB, 0.0)
         return cls(
@@ -72,4 +148,14 @@ class CacheSettings:
             max_bytes=int(cache_mb * MIB),
             max_entries=read("CACHE_ENTRIES", int, defaults.max_entries, 1),
             compile_workers=read("COMPILE_WORKERS", int, defaults.compile_workers, 1),
+            compile_isolation=read_isolation(),
+            compile_kill_after_s=read(
+                "COMPILE_KILL_AFTER_S", float, KILL_AFTER_TIMEOUTS * timeout, 0.001
+            ),
+            cache_dir=read_path("CACHE_DIR", folder=True),
+            cache_dir_max_bytes=int(
+                read("CACHE_DIR_MB", float, defaults.cache_dir_max_bytes / MIB, 0.0) * MIB
+            ),
+            warmup_file=read_path("WARMUP", folder=False),
+            unenforced=unenforced_policy_from_env(environ),
         )

@@ -7,6 +7,7 @@ exactly the grammar the engine compiles.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -18,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import xgrammar as xgr
 
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.schema_analysis import EngineCapabilities, Finding, analyze, join_pointer
+from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
 
 if TYPE_CHECKING:
     import torch
@@ -108,16 +112,28 @@ class XGrammarRecipe:
 
     tokenizer_json: str
     compile_threads: int
+    unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
 
     def build(self) -> XGrammarEngine:
         info = xgr.TokenizerInfo.deserialize_json(self.tokenizer_json)
-        return XGrammarEngine(info, compile_threads=self.compile_threads)
+        return XGrammarEngine(
+            info, compile_threads=self.compile_threads, unenforced=self.unenforced
+        )
 
 
 class XGrammarEngine:
-    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, compile_threads: int) -> None:
+    def __init__(
+        self,
+        tokenizer_info: xgr.TokenizerInfo,
+        *,
+        compile_threads: int,
+        unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+    ) -> None:
         self._tokenizer_info = tokenizer_info
         self._compile_threads = compile_threads
+        # What compile does with a schema asking for constraints xgrammar
+        # would not enforce (GRAMMAR_GUARD_UNENFORCED): refuse it, or compile it.
+        self._unenforced = unenforced
         # Caching is ours (keyed by GrammarSpec); xgrammar's own cache would
         # hold a second, unbounded-by-us copy of every grammar.
         self._compiler = xgr.GrammarCompiler(
@@ -126,10 +142,15 @@ class XGrammarEngine:
 
     @classmethod
     def for_hf_tokenizer(
-        cls, tokenizer: Any, vocab_size: int, *, compile_threads: int
+        cls,
+        tokenizer: Any,
+        vocab_size: int,
+        *,
+        compile_threads: int,
+        unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
     ) -> XGrammarEngine:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        return cls(info, compile_threads=compile_threads)
+        return cls(info, compile_threads=compile_threads, unenforced=unenforced)
 
     @classmethod
     def for_raw_vocab(
@@ -140,6 +161,7 @@ class XGrammarEngine:
         stop_token_ids: Sequence[int],
         add_prefix_space: bool,
         compile_threads: int,
+        unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
     ) -> XGrammarEngine:
         """For tokenizers that are not Hugging Face ones (Mistral's, for instance)."""
         info = xgr.TokenizerInfo(
@@ -149,7 +171,7 @@ class XGrammarEngine:
             stop_token_ids=list(stop_token_ids),
             add_prefix_space=add_prefix_space,
         )
-        return cls(info, compile_threads=compile_threads)
+        return cls(info, compile_threads=compile_threads, unenforced=unenforced)
 
     @property
     def vocab_size(self) -> int:
@@ -162,6 +184,9 @@ class XGrammarEngine:
         # its serialisation format, which it does not expose on its own.
         digest = hashlib.sha256(self._tokenizer_json.encode())
         digest.update(importlib.metadata.version("xgrammar").encode())
+        # A grammar compiled while unenforced keywords were let through must
+        # not be served from disk to an engine that refuses them.
+        digest.update(self._unenforced.value.encode())
         return "xgrammar-" + digest.hexdigest()[:32]
 
     @functools.cached_property
@@ -169,7 +194,7 @@ class XGrammarEngine:
         return str(self._tokenizer_info.serialize_json())
 
     def recipe(self) -> XGrammarRecipe:
-        return XGrammarRecipe(self._tokenizer_json, self._compile_threads)
+        return XGrammarRecipe(self._tokenizer_json, self._compile_threads, self._unenforced)
 
     def serialize(self, compiled: XGrammarCompiled) -> bytes:  # type: ignore[override]
         return str(compiled.compiled.serialize_json()).encode()
@@ -184,11 +209,19 @@ class XGrammarEngine:
         return XGrammarCompiled(compiled)
 
     @staticmethod
-    def check(spec: GrammarSpec) -> None:
-        _parse(spec)
+    def check(
+        spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+    ) -> tuple[Finding, ...]:
+        """Parse ``spec``; raise :class:`InvalidGrammarError` if it is invalid.
+
+        Also applies the unenforced-keyword policy: refuse raises
+        :class:`UnenforcedKeywordError`, warn returns the findings (empty
+        when xgrammar enforces the whole schema) for the caller to report.
+        """
+        return _parse_enforced(spec, unenforced)[1]
 
     def compile(self, spec: GrammarSpec) -> XGrammarCompiled:
-        grammar = _parse(spec)
+        grammar, _ = _parse_enforced(spec, self._unenforced)
         try:
             return XGrammarCompiled(self._compiler.compile_grammar(grammar))
         except Exception as exc:  # native code reports every failure as RuntimeError
@@ -210,6 +243,77 @@ class XGrammarEngine:
                 max_rollback_tokens=max_rollback_tokens,
             )
         )
+
+
+def _parse_enforced(
+    spec: GrammarSpec, unenforced: UnenforcedPolicy
+) -> tuple[xgr.Grammar, tuple[Finding, ...]]:
+    """The parse step of ``check`` and ``compile``: the grammar, then the schema analysis."""
+    grammar = _parse(spec)
+    findings = unenforced_findings(spec)
+    if findings and unenforced is UnenforcedPolicy.REFUSE:
+        raise UnenforcedKeywordError(spec.kind.value, findings)
+    return grammar, findings
+
+
+def unenforced_findings(spec: GrammarSpec) -> tuple[Finding, ...]:
+    """The JSON-Schema keywords of ``spec`` that xgrammar would silently not enforce.
+
+    For a JSON schema, and for every JSON schema inside a structural tag
+    (located by pointers into the tag). ``json_object`` is ``{"type":
+    "object"}``, which xgrammar enforces; other kinds have no schema.
+    """
+    if spec.kind is RequestKind.JSON_SCHEMA:
+        return tuple(analyze(json.loads(spec.text), XGRAMMAR))
+    if spec.kind is RequestKind.STRUCTURAL_TAG:
+        return tuple(
+            finding
+            for pointer, schema, caps in _tag_schemas(json.loads(spec.text))
+            for finding in analyze(schema, caps, base_pointer=pointer)
+        )
+    return ()
+
+
+def _tag_schemas(tag: Any) -> list[tuple[str, Any, EngineCapabilities]]:
+    """Each JSON schema in a structural tag, its pointer, and what xgrammar enforces there."""
+    if isinstance(tag, dict) and isinstance(tag.get("structures"), list):
+        return [
+            (join_pointer("", "structures", index, "schema"), item["schema"], XGRAMMAR)
+            for index, item in enumerate(tag["structures"])
+            if isinstance(item, dict) and "schema" in item
+        ]
+    found = []
+    pending: list[tuple[Any, str]] = [(tag, "")]
+    while pending:
+        node, pointer = pending.pop()
+        if isinstance(node, list):
+            children = [(item, f"{pointer}/{index}") for index, item in enumerate(node)]
+            pending.extend(reversed(children))  # a stack: keep document order
+            continue
+        if not isinstance(node, dict):
+            continue
+        holds_schema = node.get("type") in _SCHEMA_FORMATS and "json_schema" in node
+        if holds_schema:
+            caps = XGRAMMAR
+            if node.get("any_order"):  # presence of required keys is not checked
+                caps = dataclasses.replace(caps, required=False)
+            if node.get("excludes"):  # minLength/maxLength are dropped
+                caps = dataclasses.replace(caps, string_lengths=False)
+            found.append((f"{pointer}/json_schema", node["json_schema"], caps))
+        pending.extend(
+            reversed(
+                [
+                    (value, join_pointer(pointer, key))
+                    for key, value in node.items()
+                    if not (holds_schema and key == "json_schema")
+                ]
+            )
+        )
+    return found
+
+
+# Structural-tag formats whose "json_schema" is a JSON schema xgrammar compiles.
+_SCHEMA_FORMATS = ("json_schema", "qwen_xml_parameter")
 
 
 def _parse(spec: GrammarSpec) -> xgr.Grammar:

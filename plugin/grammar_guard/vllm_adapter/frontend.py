@@ -7,6 +7,12 @@ is answered with a 400 naming the reason and the engine never sees it.
 
 Invalid specs are remembered: a client repeating one is refused without a
 second parse, and ``grammar_guard_compile_errors_total`` counts it once.
+
+A JSON schema (or structural tag) asking for constraints xgrammar would not
+enforce is refused the same way, naming each keyword and where it is, unless
+``GRAMMAR_GUARD_UNENFORCED=warn``: then it is accepted, each keyword is
+logged with its location, and ``grammar_guard_unenforced_total{keyword=...}``
+counts it once per request.
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING
 
 from vllm.exceptions import VLLMValidationError
+from vllm.logger import init_logger
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.metrics import CacheMetrics, Counter
+from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
 from grammar_guard.core.rejections import Rejections
+from grammar_guard.core.schema_analysis import Finding, iter_labels
+from grammar_guard.core.settings import unenforced_policy_from_env
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter.metrics_export import add_local_source
@@ -31,6 +40,8 @@ if TYPE_CHECKING:
     from vllm.config.structured_outputs import StructuredOutputsConfig
     from vllm.sampling_params import SamplingParams
     from vllm.tokenizers import TokenizerLike
+
+logger = init_logger(__name__)
 
 # Parsing is normally sub-millisecond; the bound only matters for input that
 # makes the native parser blow up, which must not hold the request path.
@@ -65,22 +76,25 @@ def validate_structured_outputs(
         )
     try:
         spec = spec_from_params(structured, compile_options(config))
-        _check_within_deadline(spec)
+        unenforced = _check_within_deadline(spec)
     except InvalidGrammarError as exc:
         raise VLLMValidationError(
             f"Invalid structured output request: {exc.reason}", parameter="structured_outputs"
         ) from None
+    if unenforced:
+        _report_unenforced(spec, unenforced)
     structured._backend = BACKEND_NAME
     # vLLM's own validation ends with this; it re-checks field consistency.
     structured.__post_init__()
 
 
-def _check_within_deadline(spec: GrammarSpec) -> None:
+def _check_within_deadline(spec: GrammarSpec) -> tuple[Finding, ...]:
+    """Parse ``spec``; the keywords accepted unenforced (warn mode), or raise why it is refused."""
     if (known := _rejections.get(spec)) is not None:
         raise known
-    future = _parse_pool.submit(XGrammarEngine.check, spec)
+    future = _parse_pool.submit(XGrammarEngine.check, spec, unenforced=unenforced_policy_from_env())
     try:
-        future.result(timeout=PARSE_DEADLINE_S)
+        return future.result(timeout=PARSE_DEADLINE_S)
     except FutureTimeout:
         # Not remembered: a deadline miss may be load, not the grammar.
         raise InvalidGrammarError(
@@ -91,3 +105,17 @@ def _check_within_deadline(spec: GrammarSpec) -> None:
         _rejections.remember(spec, exc)
         _metrics.count(Counter.COMPILE_ERRORS)
         raise
+
+
+def _report_unenforced(spec: GrammarSpec, findings: tuple[Finding, ...]) -> None:
+    """Warn mode: log every keyword accepted unenforced and count each keyword once."""
+    for finding in findings:
+        logger.warning(
+            "grammar-guard: %s keyword '%s' at %s is accepted but not enforced: %s",
+            spec.kind.value,
+            finding.label,
+            finding.pointer,
+            finding.reason,
+        )
+    for keyword in iter_labels(findings):
+        _metrics.count_labelled(LabelledCounter.UNENFORCED, keyword)

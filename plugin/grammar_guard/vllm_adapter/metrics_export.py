@@ -33,7 +33,13 @@ from prometheus_client.core import (
 )
 from vllm.logger import init_logger
 
-from grammar_guard.core.metrics import CacheMetrics, Counter, Gauge, MetricsSnapshot
+from grammar_guard.core.metrics import (
+    CacheMetrics,
+    Counter,
+    Gauge,
+    LabelledCounter,
+    MetricsSnapshot,
+)
 
 logger = init_logger(__name__)
 
@@ -50,8 +56,14 @@ _HELP = {
     Counter.COMPILE_TIMEOUTS: "Compiles that outlived their requests' timeout (once per compile).",
     Counter.ESCALATIONS: "Keys whose timeout marker became permanent after too many retries.",
     Counter.EVICTIONS: "Entries evicted to stay under the byte or entry bound.",
+    Counter.DISK_HITS: "Cache fills loaded from the persistent cache folder instead of compiled.",
+    Counter.DISK_MISSES: "Persistent-cache lookups that found no file: a compile followed.",
+    Counter.DISK_WRITES: "Compiled grammars written to the persistent cache folder.",
+    Counter.DISK_ERRORS: "Persistent-cache files that could not be read, loaded or written.",
     Gauge.CACHE_BYTES: "Memory held by cached compiled grammars, in bytes.",
     Gauge.CACHE_ENTRIES: "Entries in the compile cache, in flight included.",
+    LabelledCounter.UNENFORCED: "Requests accepted (GRAMMAR_GUARD_UNENFORCED=warn) whose JSON "
+    "schema uses this keyword where xgrammar does not enforce it; once per request and keyword.",
 }
 
 _lock = threading.Lock()
@@ -169,6 +181,13 @@ class _Collector:
             yield GaugeMetricFamily(
                 f"grammar_guard_{gauge.value}", _HELP[gauge], value=snapshot.gauges[gauge]
             )
+        for labelled in LabelledCounter:
+            family = CounterMetricFamily(
+                f"grammar_guard_{labelled.value}", _HELP[labelled], labels=[labelled.label_name]
+            )
+            for label, value in sorted(snapshot.labelled[labelled].items()):
+                family.add_metric([label], value)
+            yield family
         histogram = snapshot.compile_seconds
         yield HistogramMetricFamily(
             "grammar_guard_compile_seconds",
