@@ -58,6 +58,7 @@ def test_entry_point_installs_every_patch_once_in_a_fresh_process() -> None:
         "config_validator": True,
         "frontend_validation": True,
         "backend_construction": True,
+        "request_admission": True,
         "bitmask_fill": True,
         "bitmask_apply": True,
     }

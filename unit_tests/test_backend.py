@@ -213,7 +213,7 @@ def test_a_timed_out_request_fails_alone_and_its_compile_still_lands(
     assert isinstance(error, CompileTimeoutError)
     assert "timed out after" in str(error) and "retry after 30 s" in str(error)
     release.set()
-    backend._compile_pool.shutdown(wait=True)  # the compile runs to its end
+    assert backend.service.drain(HANG_GUARD_S)  # the compile runs to its end
     assert backend.cache.metrics.snapshot()["grammar_guard_compiles_total"] == 1
     assert len(backend.cache) == 1
 
@@ -230,3 +230,44 @@ def _wait_for_grammar(request: Any) -> object:
     structured = request.structured_output_request
     wait([structured._grammar], timeout=HANG_GUARD_S)
     return structured.grammar
+
+
+# --- warm-up and the cache folder, from the environment ---------------------------------
+
+
+def test_a_warmup_file_compiles_in_the_background_and_requests_hit_it(
+    tokenizer: PreTrainedTokenizerFast, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warmup_file = tmp_path / "warm.jsonl"
+    warmup_file.write_text('{"kind": "regex", "grammar": "warm[0-9]{2}"}\nnot json\n')
+    monkeypatch.setenv("GRAMMAR_GUARD_WARMUP", str(warmup_file))
+    instance = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    try:
+        assert instance._warmup is not None and instance._warmup.wait(HANG_GUARD_S)
+        instance.compile_grammar(StructuredOutputOptions.REGEX, "warm[0-9]{2}")
+        snapshot = instance.cache.metrics.snapshot()
+        assert snapshot["grammar_guard_cache_misses_total"] == 1  # the warm-up's
+        assert snapshot["grammar_guard_cache_hits_total"] == 1  # the request's
+    finally:
+        instance.destroy()
+
+
+def test_a_new_backend_on_the_same_cache_folder_loads_instead_of_compiling(
+    tokenizer: PreTrainedTokenizerFast, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GRAMMAR_GUARD_CACHE_DIR", str(tmp_path))
+    first = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    try:
+        first.compile_grammar(StructuredOutputOptions.REGEX, "disk[a-z]{3}")
+        assert first.service.drain(HANG_GUARD_S)
+    finally:
+        first.destroy()
+    second = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    try:
+        grammar = second.compile_grammar(StructuredOutputOptions.REGEX, "disk[a-z]{3}")
+        assert grammar.validate_tokens(_tokens(tokenizer, "diskab")) == _tokens(tokenizer, "diskab")
+        snapshot = second.cache.metrics.snapshot()
+        assert snapshot["grammar_guard_disk_hits_total"] == 1
+        assert snapshot["grammar_guard_disk_misses_total"] == 0
+    finally:
+        second.destroy()

@@ -9,7 +9,7 @@ scheduler polls that future each step, so one slow compile delays nobody else.
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,12 +22,13 @@ from vllm.v1.structured_output.backend_types import (
 )
 
 from grammar_guard.core.bitmask import allocate_bitmask
-from grammar_guard.core.cache import DeadlineWatcher, GrammarCache
+from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.metrics import CacheMetrics
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import CacheSettings, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter.metrics_export import SnapshotPublisher
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key
@@ -46,7 +47,13 @@ def _compile_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def build_engine(tokenizer: object, vocab_size: int) -> GrammarEngine:
+def build_engine(
+    tokenizer: object,
+    vocab_size: int,
+    *,
+    unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+) -> GrammarEngine:
+    """The grammar engine for vLLM's tokenizer; ``unenforced`` is GRAMMAR_GUARD_UNENFORCED."""
     if is_mistral_tokenizer(tokenizer):
         # Mistral tokenizers are not Hugging Face ones; xgrammar needs the raw
         # vocabulary and whether it is byte-fallback (SentencePiece) or raw (Tekken).
@@ -56,9 +63,10 @@ def build_engine(tokenizer: object, vocab_size: int) -> GrammarEngine:
             stop_token_ids=[tokenizer.eos_token_id],
             add_prefix_space=True,
             compile_threads=_compile_threads(),
+            unenforced=unenforced,
         )
     return XGrammarEngine.for_hf_tokenizer(
-        tokenizer, vocab_size, compile_threads=_compile_threads()
+        tokenizer, vocab_size, compile_threads=_compile_threads(), unenforced=unenforced
     )
 
 
@@ -66,6 +74,18 @@ def _log_refusal(request_id: str, error: BaseException) -> None:
     # vLLM ends the request with finish_reason "error" and has no channel
     # for the reason, so the log is where an operator finds it.
     logger.warning("grammar-guard: request %s gets no grammar: %s", request_id, error)
+
+
+def _log_warmup_failure(result: WarmupResult) -> None:
+    if result.error is not None:
+        logger.warning(
+            "grammar-guard warm-up: %s gets no grammar: %s", result.spec.describe(), result.error
+        )
+
+
+def _log_warmup_summary(results: list[WarmupResult]) -> None:
+    ready = sum(result.error is None for result in results)
+    logger.info("grammar-guard warm-up done: %d of %d grammars ready", ready, len(results))
 
 
 def _failed(error: BaseException) -> Future[StructuredOutputGrammar]:
@@ -79,27 +99,37 @@ class GrammarGuardBackend(StructuredOutputBackend):
     def __post_init__(self) -> None:
         self.settings = CacheSettings.from_env()
         self._options = compile_options(self.vllm_config.structured_outputs_config)
-        self._engine = build_engine(self.tokenizer, self.vocab_size)
+        self._engine = build_engine(
+            self.tokenizer, self.vocab_size, unenforced=self.settings.unenforced
+        )
         self.vocab_size = self._engine.vocab_size
         speculative = self.vllm_config.speculative_config
         self._max_rollback = speculative.num_speculative_tokens if speculative else 0
-        self._compile_pool = ThreadPoolExecutor(
-            max_workers=self.settings.compile_workers,
-            thread_name_prefix="grammar-guard-compile",
-        )
-        self._watcher = DeadlineWatcher()
         metrics = CacheMetrics(on_change=lambda: self._publisher.notify())
         self._publisher = SnapshotPublisher(metrics)
-        self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
-            self._engine.compile,
-            self._compile_pool,
-            self.settings,
-            size_of=lambda compiled: compiled.memory_bytes,
-            metrics=metrics,
-            on_new_deadline=self._watcher.notify,
-        )
-        self._watcher.start(self.cache)
+        self.service = CompileService(self._engine, self.settings, metrics=metrics)
+        self.cache = self.service.cache
         self._publisher.start()
+        self._warmup = self._start_warmup()
+
+    def _start_warmup(self) -> WarmUp | None:
+        """Compile the grammars of ``GRAMMAR_GUARD_WARMUP`` in the background; serve meanwhile."""
+        path = self.settings.warmup_file
+        if path is None:
+            return None
+        plan = read_warmup_file(path, self._options)
+        for problem in plan.problems:
+            logger.warning("grammar-guard warm-up skips %s", problem)
+        warmup = WarmUp(
+            self.service.admit,
+            plan.specs,
+            # At most half the compile threads: the rest stay free for live requests.
+            parallel=max(1, self.settings.compile_workers // 2),
+            on_result=_log_warmup_failure,
+            on_finished=_log_warmup_summary,
+        )
+        warmup.start()
+        return warmup
 
     def admit_request(self, request: Request, *, block: bool) -> None:
         """Give ``request`` its grammar, or a future of it; never waits unless ``block``.
@@ -176,10 +206,10 @@ class GrammarGuardBackend(StructuredOutputBackend):
         return allocate_bitmask(max_num_seqs, self.vocab_size)
 
     def destroy(self) -> None:
-        self._watcher.stop()
+        if self._warmup is not None:
+            self._warmup.stop()
         self._publisher.stop()
-        self.cache.close("the grammar-guard backend was shut down")
-        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        self.service.close("the grammar-guard backend was shut down")
 
 
 class GuardedGrammar(StructuredOutputGrammar):

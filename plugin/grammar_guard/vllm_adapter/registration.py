@@ -9,9 +9,11 @@ other backend's traffic to the original code unchanged:
    ``disable_any_whitespace``).
 2. ``SamplingParams._validate_structured_outputs``: validate grammar-guard
    requests in the API process with the plugin's own parser.
-3. ``StructuredOutputManager.grammar_init``: build the grammar-guard backend
-   in the engine core and admit requests through the plugin's own compile
-   pool, never vLLM's single grammar thread.
+3. ``StructuredOutputManager.grammar_init``: admit grammar-guard requests
+   through the plugin's own compile pool, never vLLM's single grammar thread.
+4. ``StructuredOutputManager.__init__``: build the grammar-guard backend when
+   the engine core starts, not at the first structured request, so the
+   warm-up file and the persistent cache are read before traffic arrives.
 
 It also installs the bitmask hooks (``fill_hook``: the engine core's per-step
 fill; ``apply_hook``: the worker's apply), which take over only for
@@ -28,7 +30,7 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic.dataclasses import rebuild_dataclass
 from vllm.config import VllmConfig
@@ -43,6 +45,9 @@ from grammar_guard.vllm_adapter.apply_hook import apply_hook_installed, install_
 from grammar_guard.vllm_adapter.fill_hook import install_fill_hook
 from grammar_guard.vllm_adapter.metrics_export import install_collector
 
+if TYPE_CHECKING:
+    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+
 PATCH_MARKER = "__grammar_guard_patch__"
 _CONFIG_VALIDATOR = "_validate_structured_output_config"
 _install_lock = threading.Lock()
@@ -52,7 +57,8 @@ def install() -> None:
     with _install_lock:
         _allow_backend_name()
         _wrap_method(SamplingParams, "_validate_structured_outputs", _frontend_validation)
-        _wrap_method(StructuredOutputManager, "grammar_init", _backend_construction)
+        _wrap_method(StructuredOutputManager, "__init__", _eager_backend)
+        _wrap_method(StructuredOutputManager, "grammar_init", _request_admission)
         install_collector()
         install_fill_hook()
         install_apply_hook()
@@ -64,7 +70,8 @@ def installed_patches() -> dict[str, bool]:
         "config_backend_name": BACKEND_NAME in get_args(_backend_annotation()),
         "config_validator": _is_patched(_config_validator().func),
         "frontend_validation": _is_patched(SamplingParams._validate_structured_outputs),
-        "backend_construction": _is_patched(StructuredOutputManager.grammar_init),
+        "backend_construction": _is_patched(StructuredOutputManager.__init__),
+        "request_admission": _is_patched(StructuredOutputManager.grammar_init),
         "bitmask_apply": apply_hook_installed(),
         "bitmask_fill": _is_patched(StructuredOutputManager.grammar_bitmask),
     }
@@ -146,24 +153,44 @@ def _frontend_validation(original: Callable[..., None]) -> Callable[..., None]:
     return validate
 
 
-def _backend_construction(original: Callable[..., None]) -> Callable[..., None]:
+def _grammar_guard_backend(manager: StructuredOutputManager) -> GrammarGuardBackend:
+    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+
+    if manager.backend is None:
+        manager.backend = GrammarGuardBackend(
+            manager.vllm_config,
+            tokenizer=manager.tokenizer,
+            vocab_size=manager.vllm_config.model_config.get_vocab_size(),
+        )
+    assert isinstance(manager.backend, GrammarGuardBackend)
+    return manager.backend
+
+
+def _eager_backend(original: Callable[..., None]) -> Callable[..., None]:
+    def __init__(self: StructuredOutputManager, vllm_config: VllmConfig) -> None:
+        original(self, vllm_config)
+        # Without a tokenizer there is nothing to compile for; vLLM refuses
+        # structured requests then anyway.
+        if (
+            vllm_config.structured_outputs_config.backend == BACKEND_NAME
+            and not vllm_config.model_config.skip_tokenizer_init
+        ):
+            _grammar_guard_backend(self)
+
+    return __init__
+
+
+def _request_admission(original: Callable[..., None]) -> Callable[..., None]:
     def grammar_init(self: StructuredOutputManager, request: Any) -> None:
         if (
             request.structured_output_request is None
             or request.sampling_params.structured_outputs._backend != BACKEND_NAME
         ):
             return original(self, request)
-        from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
-
-        if self.backend is None:
-            self.backend = GrammarGuardBackend(
-                self.vllm_config,
-                tokenizer=self.tokenizer,
-                vocab_size=self.vllm_config.model_config.get_vocab_size(),
-            )
-        assert isinstance(self.backend, GrammarGuardBackend)
         # Instead of vLLM's single grammar thread, which would block on a slow
         # compile and hold every request queued behind it.
-        self.backend.admit_request(request, block=not self._use_async_grammar_compilation)
+        _grammar_guard_backend(self).admit_request(
+            request, block=not self._use_async_grammar_compilation
+        )
 
     return grammar_init

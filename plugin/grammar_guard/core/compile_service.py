@@ -1,0 +1,187 @@
+"""The compile path shared by the vLLM backend, the CLI and the benchmarks.
+
+A :class:`CompileService` puts together what turns a :class:`GrammarSpec` into
+a compiled grammar under the cache's rules: the compile pool, the
+:class:`GrammarCache` with its deadline watcher and metrics, the compiler
+(in a thread or in a process) and, when ``GRAMMAR_GUARD_CACHE_DIR`` is set,
+the persistent cache. Filling a cache entry runs on the compile pool, like
+a compile always did:
+
+1. load the grammar from the cache folder, if a usable file is there;
+2. otherwise compile it;
+3. once the requests waiting for it have their grammar, store it in the
+   folder on a writer thread of its own, so neither those requests nor the
+   next compile wait for the disk.
+
+Compile errors and timeouts are never stored: only a grammar that compiled
+is, including one whose requests timed out before it landed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+from grammar_guard.core.cache import Admission, Clock, DeadlineWatcher, GrammarCache
+from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
+from grammar_guard.core.disk_store import DiskStore
+from grammar_guard.core.metrics import CacheMetrics
+
+if TYPE_CHECKING:
+    from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
+    from grammar_guard.core.settings import CacheSettings
+    from grammar_guard.core.spec import GrammarSpec
+
+
+class _Tracked:
+    """Futures not done yet, so a caller can wait for the work submitted so far."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[Future[Any]] = set()
+
+    def add(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._discard)
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._lock:
+            pending = list(self._pending)
+        return not wait(pending, timeout=timeout).not_done
+
+    def _discard(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+
+class _CompilePool(Executor):
+    """The compile threads; a task may defer work until after it has returned.
+
+    The cache resolves a compile's waiting requests at the end of its task,
+    so work deferred by the compile function (storing the grammar) starts
+    only once they all have their grammar.
+    """
+
+    def __init__(self, workers: int, follow_ups: Callable[[Callable[[], None]], None]) -> None:
+        self._threads = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="grammar-guard-compile"
+        )
+        self._follow_ups = follow_ups
+        self._local = threading.local()
+        self.tracked = _Tracked()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = self._threads.submit(self._run, functools.partial(fn, *args, **kwargs))
+        self.tracked.add(future)
+        return future
+
+    def defer(self, task: Callable[[], None]) -> None:
+        """Run ``task`` (elsewhere) after the current task returns; call from a compile task."""
+        self._local.deferred.append(task)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._threads.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def _run(self, task: Callable[[], Any]) -> Any:
+        self._local.deferred = []
+        try:
+            return task()
+        finally:
+            for deferred in self._local.deferred:
+                self._follow_ups(deferred)
+
+
+class CompileService:
+    """Compiled grammars for one engine, under the cache's rules.
+
+    ``clock`` drives the cache and its deadline watcher (tests pass their
+    own). ``compiler`` defaults to compiling in the pool's threads.
+    """
+
+    def __init__(
+        self,
+        engine: GrammarEngine,
+        settings: CacheSettings,
+        *,
+        compiler: Compiler | None = None,
+        metrics: CacheMetrics | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics or CacheMetrics()
+        self._compiler = compiler or InThreadCompiler(engine)
+        self.store: DiskStore | None = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._writes = _Tracked()
+        if settings.cache_dir is not None:
+            self.store = DiskStore(
+                settings.cache_dir,
+                engine,
+                max_bytes=settings.cache_dir_max_bytes,
+                metrics=self.metrics,
+            )
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="grammar-guard-disk")
+        self._pool = _CompilePool(settings.compile_workers, self._start_write)
+        self._watcher = DeadlineWatcher(clock)
+        self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
+            self._fill,
+            self._pool,
+            settings,
+            size_of=lambda compiled: compiled.memory_bytes,
+            clock=clock,
+            metrics=self.metrics,
+            on_new_deadline=self._watcher.notify,
+        )
+        self._watcher.start(self.cache)
+
+    def admit(self, spec: GrammarSpec) -> Admission[CompiledGrammar]:
+        """The request's claim on ``spec``'s grammar; its future resolves exactly once."""
+        return self.cache.admit(spec)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the compiles and disk writes started so far; False if ``timeout`` passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._pool.tracked.wait(timeout):
+            return False
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self._writes.wait(remaining)
+
+    def close(self, reason: str) -> None:
+        """Fail every request still waiting with ``reason`` and stop compiling.
+
+        Writes already queued still finish, so a grammar that compiled just
+        before shutdown is not lost.
+        """
+        self._watcher.stop()
+        self.cache.close(reason)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._compiler.close()
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)
+
+    def _fill(self, spec: GrammarSpec) -> CompiledGrammar:
+        """The cache's compile function; runs on the compile pool."""
+        store = self.store
+        if store is not None and (loaded := store.load(spec)) is not None:
+            return loaded
+        result = self._compiler.compile(spec)
+        if store is not None:
+            self._pool.defer(functools.partial(self._save, store, spec, result))
+        return result.compiled
+
+    @staticmethod
+    def _save(store: DiskStore, spec: GrammarSpec, result: CompileResult) -> None:
+        store.save(spec, result.compiled, result.serialized)
+
+    def _start_write(self, write: Callable[[], None]) -> None:
+        assert self._writer is not None  # only the store defers work
+        # Shut down: the engine is closing and the write is dropped.
+        with contextlib.suppress(RuntimeError):
+            self._writes.add(self._writer.submit(write))

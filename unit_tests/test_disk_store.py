@@ -1,0 +1,305 @@
+"""DiskStore: compiled grammars on disk survive, are shared, and bad files never hurt.
+
+Real files in a temporary folder, the small real tokenizer, and for sharing,
+real processes started with ``spawn``. Orders of use are set with explicit
+modification times, never by waiting.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xgrammar as xgr
+from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
+
+from grammar_guard.core.disk_store import MAGIC, DiskStore, stored_files
+from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
+from grammar_guard.core.metrics import CacheMetrics, Counter
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
+
+HANG_GUARD_S = 120.0
+BUDGET = 64 << 20
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 4}},
+    "required": ["name"],
+}
+
+
+def _store(folder: Path, engine: GrammarEngine, max_bytes: int = BUDGET) -> DiskStore:
+    return DiskStore(folder, engine, max_bytes=max_bytes, metrics=CacheMetrics())
+
+
+def _count(store: DiskStore, counter: Counter) -> int:
+    return store._metrics.snapshot().counters[counter]
+
+
+def _matches(engine: GrammarEngine, compiled: CompiledGrammar, text: str) -> bool:
+    matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    tokens = [VOCAB.index(char) for char in text] + [VOCAB.index(EOS)]
+    return all(matcher.accept_token(token) for token in tokens) and matcher.is_terminated()
+
+
+def _schema_spec(small: SmallTokenizer) -> GrammarSpec:
+    return small.spec(RequestKind.JSON_SCHEMA, SCHEMA, COMPACT)
+
+
+def _saved(small: SmallTokenizer, folder: Path, spec: GrammarSpec) -> DiskStore:
+    store = _store(folder, small.engine)
+    assert store.save(spec, small.engine.compile(spec), None)
+    return store
+
+
+def test_a_stored_grammar_loads_in_a_new_store_and_enforces_the_same_language(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    spec = _schema_spec(small)
+    writer = _saved(small, tmp_path, spec)
+    reader = _store(tmp_path, small.engine)  # a restart: nothing shared but the folder
+    loaded = reader.load(spec)
+    assert loaded is not None
+    assert _matches(small.engine, loaded, '{"name":"abcd"}')
+    assert not _matches(small.engine, loaded, '{"name":"abcde"}')
+    assert not _matches(small.engine, loaded, '{"name": "ab"}')  # compact, as compiled
+    assert _count(writer, Counter.DISK_WRITES) == 1 and _count(reader, Counter.DISK_HITS) == 1
+
+
+def test_a_missing_grammar_is_a_miss(small: SmallTokenizer, tmp_path: Path) -> None:
+    store = _store(tmp_path / "not-yet-created", small.engine)
+    assert store.load(_schema_spec(small)) is None
+    assert _count(store, Counter.DISK_MISSES) == 1 and _count(store, Counter.DISK_ERRORS) == 0
+
+
+def test_keys_that_differ_only_in_options_are_separate_files(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    compact = _schema_spec(small)
+    spaced = small.spec(RequestKind.JSON_SCHEMA, SCHEMA)
+    store = _saved(small, tmp_path, compact)
+    assert store.path_for(compact) != store.path_for(spaced)
+    assert store.load(spaced) is None
+
+
+def test_the_serialised_form_a_compiler_already_has_is_stored_as_is(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    spec = small.spec(RequestKind.REGEX, "[a-c]+")
+    compiled = small.engine.compile(spec)
+    store = _store(tmp_path, small.engine)
+    assert store.save(spec, compiled, small.engine.serialize(compiled))
+    loaded = store.load(spec)
+    assert loaded is not None and _matches(small.engine, loaded, "cab")
+
+
+# --- files that cannot serve: ignored, counted, removed, replaced ----------------------
+
+
+def _truncate(path: Path, _other: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_a_payload_byte(path: Path, _other: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _not_a_cache_file(path: Path, _other: Path) -> None:
+    path.write_bytes(b"\x00garbage" * 100)
+
+
+def _header_only(path: Path, _other: Path) -> None:
+    path.write_bytes(MAGIC)
+
+
+def _another_grammar(path: Path, other: Path) -> None:
+    path.write_bytes(other.read_bytes())  # a valid file, for another key
+
+
+def _another_fingerprint(path: Path, _other: Path) -> None:
+    data = path.read_bytes()
+    header_end = data.index(b"\n", len(MAGIC))
+    header = data[len(MAGIC) : header_end].replace(b'"xgrammar-', b'"xgrammar-0')
+    path.write_bytes(MAGIC + header + data[header_end:])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _truncate,
+        _flip_a_payload_byte,
+        _not_a_cache_file,
+        _header_only,
+        _another_grammar,
+        _another_fingerprint,
+    ],
+)
+def test_an_unusable_file_is_ignored_counted_removed_and_replaced(
+    small: SmallTokenizer, tmp_path: Path, damage: Callable[[Path, Path], None]
+) -> None:
+    spec = _schema_spec(small)
+    other = small.spec(RequestKind.REGEX, "[0-9]+")
+    store = _saved(small, tmp_path, spec)
+    store.save(other, small.engine.compile(other), None)
+    damage(store.path_for(spec), store.path_for(other))
+
+    assert store.load(spec) is None  # no exception, whatever the damage
+    assert _count(store, Counter.DISK_ERRORS) == 1 and _count(store, Counter.DISK_HITS) == 0
+    assert not store.path_for(spec).exists()
+    assert store.save(spec, small.engine.compile(spec), None)
+    loaded = store.load(spec)
+    assert loaded is not None and _matches(small.engine, loaded, '{"name":"ok"}')
+
+
+def test_another_tokenizer_misses_without_loading_and_leaves_the_file(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    spec = _schema_spec(small)
+    _saved(small, tmp_path, spec)
+    swapped = list(VOCAB)
+    swapped[0], swapped[1] = swapped[1], swapped[0]
+    info = xgr.TokenizerInfo(encoded_vocab=swapped, stop_token_ids=[VOCAB.index(EOS)])
+    other = _CountingEngine(XGrammarEngine(info, compile_threads=1))
+
+    other_store = _store(tmp_path, other)
+    assert other_store.load(spec) is None
+    assert other.deserialized == 0
+    assert _count(other_store, Counter.DISK_MISSES) == 1
+    assert _count(other_store, Counter.DISK_ERRORS) == 0
+    assert _store(tmp_path, small.engine).load(spec) is not None  # the first engine's file
+
+
+class _CountingEngine:
+    """An engine that counts how often it was asked to load a grammar."""
+
+    def __init__(self, engine: XGrammarEngine) -> None:
+        self._engine = engine
+        self.deserialized = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def deserialize(self, data: bytes) -> CompiledGrammar:
+        self.deserialized += 1
+        return self._engine.deserialize(data)
+
+
+# --- the folder's bound ---------------------------------------------------------------
+
+
+def _file_size(small: SmallTokenizer, tmp_path: Path, spec: GrammarSpec) -> int:
+    store = _saved(small, tmp_path / "probe", spec)
+    return store.path_for(spec).stat().st_size
+
+
+def test_the_folder_stays_under_its_bound_least_recently_used_first(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    specs = [small.spec(RequestKind.REGEX, f"{letter}[a-z]{{3}}") for letter in "abcde"]
+    size = _file_size(small, tmp_path, specs[0])
+    folder = tmp_path / "bounded"
+    # Room for three files of this size (the regexes differ in one letter only).
+    store = _store(folder, small.engine, max_bytes=3 * size + size // 2)
+    past = time.time() - 1000
+    for age, spec in enumerate(specs[:3]):
+        store.save(spec, small.engine.compile(spec), None)
+        os.utime(store.path_for(spec), (past + age, past + age))
+    assert store.load(specs[0]) is not None  # the oldest becomes the most recent
+
+    store.save(specs[3], small.engine.compile(specs[3]), None)
+    store.save(specs[4], small.engine.compile(specs[4]), None)
+
+    kept = {item.path for item in stored_files(folder)}
+    assert kept == {store.path_for(specs[i]) for i in (0, 3, 4)}
+    assert sum(item.size for item in stored_files(folder)) <= 3 * size + size // 2
+
+
+def test_a_grammar_larger_than_the_whole_bound_is_not_stored(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    spec = _schema_spec(small)
+    store = _store(tmp_path, small.engine, max_bytes=100)
+    assert not store.save(spec, small.engine.compile(spec), None)
+    assert stored_files(tmp_path) == [] and _count(store, Counter.DISK_ERRORS) == 0
+
+
+def test_temporary_files_of_dead_writers_are_removed_live_ones_kept(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    stale, live = tmp_path / ".tmp-dead.partial", tmp_path / ".tmp-live.partial"
+    stale.write_bytes(b"half a grammar")
+    live.write_bytes(b"a grammar being written")
+    long_ago = time.time() - 7200
+    os.utime(stale, (long_ago, long_ago))
+    _saved(small, tmp_path, _schema_spec(small))
+    assert not stale.exists() and live.exists()
+
+
+def test_a_folder_that_cannot_be_written_is_an_error_not_a_crash(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    spec = _schema_spec(small)
+    store = _store(blocker / "cache", small.engine)
+    assert not store.save(spec, small.engine.compile(spec), None)
+    assert store.load(spec) is None
+    assert _count(store, Counter.DISK_ERRORS) == 2  # the write, then the read
+
+
+# --- several processes on one folder --------------------------------------------------
+
+ROUNDS = 25
+# Each regex with a text it matches, to check every load in the worker.
+SHARED = (("[a-c]{2}", "ab"), ("[0-9]+x", "12x"), ("(yes|no)+", "yesno"), ("a[a-z]*b", "azzb"))
+
+
+def _hammer(recipe: XGrammarRecipe, folder: str, start: Any, results: Any) -> None:
+    """One process: save and load the shared keys as fast as it can, checking each load."""
+    engine = recipe.build()
+    store = _store(Path(folder), engine)
+    specs = [GrammarSpec.build(RequestKind.REGEX, regex, COMPACT) for regex, _ in SHARED]
+    compiled = [engine.compile(spec) for spec in specs]
+    bad_loads = 0
+    start.wait(HANG_GUARD_S)
+    for round_ in range(ROUNDS):
+        for index, spec in enumerate(specs):
+            store.save(spec, compiled[index], None)
+            other = (index + round_) % len(specs)
+            loaded = store.load(specs[other])
+            if loaded is not None and not _matches(engine, loaded, SHARED[other][1]):
+                bad_loads += 1
+    counters = store._metrics.snapshot().counters
+    results.put((counters[Counter.DISK_ERRORS], counters[Counter.DISK_HITS], bad_loads))
+
+
+def test_processes_sharing_a_folder_never_see_half_a_file(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(2), context.Queue()
+    workers = [
+        context.Process(target=_hammer, args=(small.engine.recipe(), str(tmp_path), start, results))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    reports = [results.get(timeout=HANG_GUARD_S) for _ in workers]
+    for worker in workers:
+        worker.join(HANG_GUARD_S)
+        assert worker.exitcode == 0
+
+    assert [errors for errors, _, _ in reports] == [0, 0]
+    assert [hits for _, hits, _ in reports] == [ROUNDS * len(SHARED)] * 2
+    assert [bad for _, _, bad in reports] == [0, 0]
+    store = _store(tmp_path, small.engine)
+    for regex, _ in SHARED:
+        assert store.load(GrammarSpec.build(RequestKind.REGEX, regex, COMPACT)) is not None
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]
