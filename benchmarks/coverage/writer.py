@@ -1,0 +1,227 @@
+"""Feed a JSON instance to a grammar as a model would write it: token by token.
+
+A JSON value has many texts, and a grammar allows only some of them: keys in
+the schema's order, no whitespace in compact mode (but xgrammar 0.2.8 wants
+``", "`` inside values a schema leaves free, see vLLM's note on
+xgrammar#945), ``1`` rather than ``1.0`` for an integer. Rather than guess
+which, the writer lets the grammar choose among a small fixed set of
+candidates at each step, the way a sampler under its mask would:
+
+- whitespace before each piece: compact ``""`` or ``" "``; with whitespace,
+  a newline and two-space indent, ``" "`` or ``""``;
+- object members: the remaining keys, schema order first (``key_order.py``);
+- numbers: the literal as written, then, for a valid instance, its integer
+  form if it has one (``1.0`` is an integer since draft 6, not in draft 4,
+  so an invalid instance is never rewritten into one that may be valid);
+- strings: UTF-8 as is, then with non-ASCII characters escaped.
+
+Each candidate is tokenised and offered to the grammar with
+``validate_tokens`` (which leaves the grammar where it was); the first one
+accepted in full is fed with ``accept_tokens``. The text ends with the stop
+token, and the instance counts as accepted when the grammar then reports
+itself terminated. When no candidate is accepted the grammar has refused the
+instance: the rest is written without it (first candidates), so the report
+can show the whole text and where it stopped.
+
+Every candidate is a text of the same JSON value under every draft of JSON
+Schema, so an accepted invalid instance is a real hole in the grammar,
+whichever candidates were chosen. The
+search is greedy (no backtracking), so a valid instance may be reported
+rejected where a different earlier choice would have passed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Protocol
+
+from benchmarks.coverage.cases import NumberLiteral
+from benchmarks.coverage.key_order import SchemaNavigator
+
+_REQUEST_ID = "coverage"
+_INDENT = "  "
+# Integer forms are only offered for numbers of at most this many digits.
+_MAX_INTEGER_DIGITS = 64
+
+
+class Grammar(Protocol):
+    """What the writer needs of vLLM's ``StructuredOutputGrammar``."""
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool: ...
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]: ...
+
+    def is_terminated(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Written:
+    accepted: bool
+    text: str
+    refused_at: int | None  # offset of the first piece the grammar refused
+
+
+class Layout:
+    """Whitespace candidates by position; ``depth`` is the nesting of what follows."""
+
+    def __init__(self, *, whitespace: bool) -> None:
+        self._whitespace = whitespace
+
+    def before_member(self, depth: int) -> tuple[str, ...]:
+        if self._whitespace:
+            return ("\n" + _INDENT * depth, " ", "")
+        return ("", " ")
+
+    def after_colon(self) -> tuple[str, ...]:
+        return (" ", "") if self._whitespace else ("", " ")
+
+    def before_close(self, depth: int, *, empty: bool) -> tuple[str, ...]:
+        if empty or not self._whitespace:
+            return ("", " ")
+        return ("\n" + _INDENT * depth, " ", "")
+
+
+class InstanceWriter:
+    def __init__(
+        self,
+        grammar: Grammar,
+        encode: Callable[[str], Sequence[int]],
+        stop_token: int,
+        layout: Layout,
+        navigator: SchemaNavigator,
+        *,
+        integer_forms: bool,
+    ) -> None:
+        self._grammar = grammar
+        self._integer_forms = integer_forms
+        self._encode = encode
+        self._stop_token = stop_token
+        self._layout = layout
+        self._navigator = navigator
+        self._parts: list[str] = []
+        self._length = 0
+        self._refused_at: int | None = None
+
+    def write(self, value: Any, schema: Any) -> Written:
+        """Feed ``value`` (as the grammar's current state expects it) and the stop token."""
+        self._value(value, schema, depth=0, lead=("",))
+        if self._refused_at is None and not self._stop():
+            self._refused_at = self._length
+        text = "".join(self._parts)
+        return Written(self._refused_at is None, text, self._refused_at)
+
+    # -- JSON ---------------------------------------------------------------
+
+    def _value(self, value: Any, schema: Any, depth: int, lead: Sequence[str]) -> None:
+        if isinstance(value, dict):
+            self._object(value, schema, depth, lead)
+        elif isinstance(value, list):
+            self._array(value, schema, depth, lead)
+        else:
+            self._emit(_joined(lead, self._scalar_texts(value)))
+
+    def _object(self, value: dict[str, Any], schema: Any, depth: int, lead: Sequence[str]) -> None:
+        self._emit(_joined(lead, ("{",)))
+        keys = list(value)
+        remaining = self._navigator.key_order(schema, keys)
+        while remaining:
+            if len(remaining) < len(keys):
+                self._emit((",",))
+            key = self._choose_key(remaining, self._layout.before_member(depth + 1))
+            remaining.remove(key)
+            subschema = self._navigator.property_schema(schema, key, keys)
+            self._value(value[key], subschema, depth + 1, self._layout.after_colon())
+        self._emit(_joined(self._layout.before_close(depth, empty=not keys), ("}",)))
+
+    def _array(self, value: list[Any], schema: Any, depth: int, lead: Sequence[str]) -> None:
+        self._emit(_joined(lead, ("[",)))
+        for index, item in enumerate(value):
+            if index:
+                self._emit((",",))
+            subschema = self._navigator.item_schema(schema, index)
+            self._value(item, subschema, depth + 1, self._layout.before_member(depth + 1))
+        self._emit(_joined(self._layout.before_close(depth, empty=not value), ("]",)))
+
+    def _scalar_texts(self, value: Any) -> list[str]:
+        if isinstance(value, NumberLiteral):
+            return _number_texts(value.text, integer_form=self._integer_forms)
+        if isinstance(value, str):
+            return _string_texts(value)
+        return [json.dumps(value)]  # true, false, null
+
+    def _choose_key(self, keys: Sequence[str], lead: Sequence[str]) -> str:
+        """The first key the grammar takes next; the first of all once it refused."""
+        for key in keys:
+            if self._offer(_joined(lead, [text + ":" for text in _string_texts(key)])):
+                return key
+        self._refuse(_joined(lead, [text + ":" for text in _string_texts(keys[0])])[0])
+        return keys[0]
+
+    # -- feeding the grammar ------------------------------------------------
+
+    def _emit(self, candidates: Sequence[str]) -> None:
+        if not self._offer(candidates):
+            self._refuse(candidates[0])
+
+    def _offer(self, candidates: Sequence[str]) -> bool:
+        """Feed the first candidate the grammar accepts in full; after a refusal, the first."""
+        if self._refused_at is not None:
+            self._append(candidates[0])
+            return True
+        for candidate in candidates:
+            tokens = list(self._encode(candidate))
+            if len(self._grammar.validate_tokens(tokens)) == len(tokens):
+                if self._grammar.accept_tokens(_REQUEST_ID, tokens):
+                    self._append(candidate)
+                else:  # validate and accept disagree: the grammar refused after all
+                    self._refuse(candidate)
+                return True
+        return False
+
+    def _refuse(self, text: str) -> None:
+        self._refused_at = self._length
+        self._append(text)
+
+    def _append(self, text: str) -> None:
+        self._parts.append(text)
+        self._length += len(text)
+
+    def _stop(self) -> bool:
+        tokens = [self._stop_token]
+        if self._grammar.validate_tokens(tokens) != tokens:
+            return False
+        return self._grammar.accept_tokens(_REQUEST_ID, tokens) and self._grammar.is_terminated()
+
+
+def _joined(lead: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """Every text after every whitespace, texts first (a value's own form matters more)."""
+    return list(dict.fromkeys(space + text for text in texts for space in lead))
+
+
+def _number_texts(literal: str, *, integer_form: bool) -> list[str]:
+    texts = [literal]
+    if not integer_form:
+        return texts
+    try:
+        number = Decimal(literal)
+    except InvalidOperation:
+        return texts
+    if (
+        number.is_finite()
+        and number.adjusted() < _MAX_INTEGER_DIGITS
+        and number == number.to_integral_value()
+    ):
+        texts.append(str(int(number)))
+    return list(dict.fromkeys(texts))
+
+
+def _string_texts(value: str) -> list[str]:
+    escaped = json.dumps(value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: only its escape is text a model can write
+        return [escaped]
+    return list(dict.fromkeys([json.dumps(value, ensure_ascii=False), escaped]))
