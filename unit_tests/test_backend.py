@@ -178,6 +178,8 @@ def held_backend(
         return original(self, spec)
 
     monkeypatch.setattr(XGrammarEngine, "compile", compile_held)
+    # The hold is a patch of this process's engine; a compile process would not see it.
+    monkeypatch.setenv("GRAMMAR_GUARD_COMPILE_ISOLATION", "thread")
     instance = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
     yield instance, release
     release.set()

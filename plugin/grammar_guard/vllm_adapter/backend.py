@@ -26,6 +26,7 @@ from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.metrics import CacheMetrics
+from grammar_guard.core.process_compile import make_compiler
 from grammar_guard.core.settings import CacheSettings, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
@@ -107,7 +108,12 @@ class GrammarGuardBackend(StructuredOutputBackend):
         self._max_rollback = speculative.num_speculative_tokens if speculative else 0
         metrics = CacheMetrics(on_change=lambda: self._publisher.notify())
         self._publisher = SnapshotPublisher(metrics)
-        self.service = CompileService(self._engine, self.settings, metrics=metrics)
+        self.service = CompileService(
+            self._engine,
+            self.settings,
+            compiler=make_compiler(self._engine, self.settings),
+            metrics=metrics,
+        )
         self.cache = self.service.cache
         self._publisher.start()
         self._warmup = self._start_warmup()
