@@ -238,3 +238,15 @@ def test_depth_counts_after_a_string_ends() -> None:
     inner = nested_object_text(MAX_JSON_DEPTH)
     source = '{"description": "[[[[", "x": ' + inner + "}"
     assert "levels" in refusal(RequestKind.JSON_SCHEMA, source)
+
+
+@pytest.mark.parametrize(
+    ("key", "document"),
+    [
+        ("int", {"properties": {1: {"type": "integer"}, "1": {"type": "string"}}}),
+        ("NoneType", {"enum": [{None: 1}]}),
+        ("bool", {True: {}}),
+    ],
+)
+def test_object_keys_that_are_not_strings_are_refused(key: str, document: Any) -> None:
+    assert f"object key of type {key}" in refusal(RequestKind.JSON_SCHEMA, document)

@@ -143,3 +143,11 @@ def test_compact_config_reaches_json_specs_only() -> None:
     assert json_spec != spec_from_params(StructuredOutputsParams(json=SCHEMA), DEFAULT)
     regex_spec = spec_from_params(StructuredOutputsParams(regex="a+"), options)
     assert regex_spec == spec_from_params(StructuredOutputsParams(regex="a+"), DEFAULT)
+
+
+def test_a_dict_whose_keys_collide_once_written_as_json_is_refused() -> None:
+    # Written as JSON, both keys are "1": the engine would compile the last
+    # member only, not the document the API process validated.
+    clash = {"type": "object", "properties": {1: {"type": "integer"}, "1": {"type": "string"}}}
+    with pytest.raises(InvalidGrammarError, match="object key of type int"):
+        spec_from_params(StructuredOutputsParams(json=clash), DEFAULT)

@@ -212,6 +212,11 @@ def test_boolean_schema_is_allowed(source: str) -> None:
     assert build(RequestKind.JSON_SCHEMA, source).text == source
 
 
+@pytest.mark.parametrize(("value", "text"), [(True, "true"), (False, "false")])
+def test_boolean_schema_as_a_value_equals_its_text(value: bool, text: str) -> None:
+    assert build(RequestKind.JSON_SCHEMA, value) == build(RequestKind.JSON_SCHEMA, text)
+
+
 @pytest.mark.parametrize("source", ["[1]", '"tag"', ["a"]])
 def test_non_object_structural_tag_is_refused(source: Any) -> None:
     assert "structural_tag" in refused(RequestKind.STRUCTURAL_TAG, source)

@@ -45,7 +45,7 @@ def check_json_depth(field: str, text: str) -> None:
 
 
 def check_json_value(field: str, document: object) -> None:
-    """Check a parsed (or caller-built) JSON value: depth and every string in it.
+    """Check a parsed (or caller-built) JSON value: depth, object keys and every string in it.
 
     Walks without recursion, so a hostile nesting depth (or a cycle) ends in
     a refusal, not a ``RecursionError``. Strings are checked here because a
@@ -58,6 +58,7 @@ def check_json_value(field: str, document: object) -> None:
             check_text(field, node)
             continue
         if isinstance(node, dict):
+            _check_keys(field, node)
             children: list[object] = [*node.keys(), *node.values()]
         elif isinstance(node, list | tuple):
             children = list(node)
@@ -66,6 +67,22 @@ def check_json_value(field: str, document: object) -> None:
         if depth > MAX_JSON_DEPTH:
             raise _too_deep(field)
         pending.extend((child, depth + 1) for child in children)
+
+
+def _check_keys(field: str, node: dict[object, object]) -> None:
+    """JSON object keys are strings.
+
+    ``json.dumps`` would write other keys as strings, so ``{1: a, "1": b}``
+    becomes an object with the member "1" twice: the API process would
+    validate that text while the engine, which serialises and parses the
+    value again, compiles the object with the last member only.
+    """
+    for key in node:
+        if not isinstance(key, str):
+            raise InvalidGrammarError(
+                f"{field} has an object key of type {type(key).__name__}; "
+                "JSON object keys are strings"
+            )
 
 
 def _too_deep(field: str) -> InvalidGrammarError:

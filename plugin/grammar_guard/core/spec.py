@@ -62,7 +62,7 @@ class GrammarSpec:
     def build(
         cls,
         kind: RequestKind,
-        source: str | dict[str, Any] | list[Any] | None,
+        source: str | dict[str, Any] | list[Any] | bool | None,
         options: CompileOptions,
     ) -> GrammarSpec:
         """Validate the raw request input and put it in canonical form.
@@ -91,7 +91,7 @@ class GrammarSpec:
 
 
 def _canonical_json(
-    kind: RequestKind, source: str | dict[str, Any] | list[Any] | None
+    kind: RequestKind, source: str | dict[str, Any] | list[Any] | bool | None
 ) -> tuple[str, Any]:
     """The compact text of a JSON input, and the parsed value it came from."""
     if isinstance(source, str):
@@ -103,7 +103,7 @@ def _canonical_json(
             document = json.loads(source)
         except ValueError as exc:  # also Python's limit on integer digits
             raise InvalidGrammarError(f"{kind.value} is not valid JSON: {exc}") from exc
-    elif isinstance(source, dict | list):
+    elif isinstance(source, dict | list | bool):  # true and false are schemas too
         document = source
     else:
         raise InvalidGrammarError(
