@@ -49,14 +49,23 @@ UNENFORCED_VARIABLE = ENV_PREFIX + "UNENFORCED"
 def unenforced_policy_from_env(environ: Mapping[str, str] | None = None) -> UnenforcedPolicy:
     """``GRAMMAR_GUARD_UNENFORCED``, default ``refuse``; a bad value raises SettingsError."""
     environ = os.environ if environ is None else environ
-    raw = environ.get(UNENFORCED_VARIABLE, "").strip()
+    return _read_choice(environ, UNENFORCED_VARIABLE, UnenforcedPolicy.REFUSE)
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _read_choice(environ: Mapping[str, str], variable: str, default: E) -> E:
+    """One member of ``default``'s enum, named by its value in any case."""
+    raw = environ.get(variable, "").strip()
     if not raw:
-        return UnenforcedPolicy.REFUSE
+        return default
+    choices = type(default)
     try:
-        return UnenforcedPolicy(raw.lower())
+        return choices(raw.lower())
     except ValueError:
-        choices = ", ".join(policy.value for policy in UnenforcedPolicy)
-        raise SettingsError(f"{UNENFORCED_VARIABLE}={raw!r} must be one of {choices}") from None
+        names = ", ".join(choice.value for choice in choices)
+        raise SettingsError(f"{variable}={raw!r} must be one of {names}") from None
 
 
 def default_compile_workers() -> int:
@@ -128,17 +137,6 @@ class CacheSettings:
                 raise SettingsError(f"{variable}={raw!r} is not a readable file")
             return path
 
-        def read_isolation() -> CompileIsolation:
-            variable = ENV_PREFIX + "COMPILE_ISOLATION"
-            raw = environ.get(variable, "").strip()
-            if not raw:
-                return defaults.compile_isolation
-            try:
-                return CompileIsolation(raw.lower())
-            except ValueError:
-                choices = ", ".join(choice.value for choice in CompileIsolation)
-                raise SettingsError(f"{variable}={raw!r} must be one of {choices}") from None
-
         timeout = read("COMPILE_TIMEOUT_S", float, defaults.compile_timeout_s, 0.001)
         cache_mb = read("CACHE_MB", float, defaults.max_bytes / MIB, 0.0)
         return cls(
@@ -148,7 +146,9 @@ class CacheSettings:
             max_bytes=int(cache_mb * MIB),
             max_entries=read("CACHE_ENTRIES", int, defaults.max_entries, 1),
             compile_workers=read("COMPILE_WORKERS", int, defaults.compile_workers, 1),
-            compile_isolation=read_isolation(),
+            compile_isolation=_read_choice(
+                environ, ENV_PREFIX + "COMPILE_ISOLATION", defaults.compile_isolation
+            ),
             compile_kill_after_s=read(
                 "COMPILE_KILL_AFTER_S", float, KILL_AFTER_TIMEOUTS * timeout, 0.001
             ),
