@@ -186,6 +186,36 @@ def test_invalid_grammars_give_a_clean_reason(
     assert "\n" not in check_reason
 
 
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        (RequestKind.REGEX, "[^\\s\\S]"),
+        (RequestKind.JSON_SCHEMA, {"$ref": "#"}),
+        (RequestKind.GRAMMAR, 'root ::= root "a"'),
+        (RequestKind.GRAMMAR, 'root ::= "\u00e9"'),  # not in the vocabulary
+    ],
+)
+def test_a_grammar_that_allows_no_first_token_is_refused_at_compile(
+    small: SmallTokenizer, kind: RequestKind, source: Any
+) -> None:
+    # These parse, so the API process lets them through; without the check the
+    # engine would sample a token the grammar rejects and fail the request as
+    # a server error instead of telling the client.
+    spec = small.spec(kind, source)
+    XGrammarEngine.check(spec)
+    with pytest.raises(InvalidGrammarError, match="allows no output at all"):
+        small.engine.compile(spec)
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"), [(RequestKind.REGEX, ""), (RequestKind.GRAMMAR, 'root ::= ""')]
+)
+def test_a_grammar_of_only_the_empty_output_still_compiles(
+    small: SmallTokenizer, kind: RequestKind, source: Any
+) -> None:
+    assert small.matches(small.spec(kind, source), "")
+
+
 # --- whitespace modes ------------------------------------------------------------------
 
 

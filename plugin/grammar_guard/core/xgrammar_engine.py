@@ -100,6 +100,22 @@ class XGrammarMatcher:
         _batch_matcher(threads).batch_fill_next_token_bitmask(natives, bitmask, list(rows))
 
 
+def _allows_a_first_token(compiled: xgr.CompiledGrammar) -> bool:
+    """Whether a request under ``compiled`` can emit anything, even just its stop token.
+
+    An unsatisfiable schema, regex or grammar compiles to a grammar whose
+    first mask is empty: vLLM would sample a token the grammar then rejects
+    and fail the request as a server error. Found here, it is the client's
+    error, and cached as one.
+    """
+    matcher = xgr.GrammarMatcher(compiled)
+    if matcher.is_terminated():
+        return True
+    bitmask = xgr.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    return bool(bitmask.any())
+
+
 @functools.cache
 def _batch_matcher(threads: int) -> xgr.BatchGrammarMatcher:
     # Reused: building one costs ~15 us, five times a cheap row's fill.
@@ -223,11 +239,17 @@ class XGrammarEngine:
     def compile(self, spec: GrammarSpec) -> XGrammarCompiled:
         grammar, _ = _parse_enforced(spec, self._unenforced)
         try:
-            return XGrammarCompiled(self._compiler.compile_grammar(grammar))
+            compiled = self._compiler.compile_grammar(grammar)
         except Exception as exc:  # native code reports every failure as RuntimeError
             raise InvalidGrammarError(
                 f"{spec.kind.value} failed to compile: {_reason(exc)}"
             ) from exc
+        if not _allows_a_first_token(compiled):
+            raise InvalidGrammarError(
+                f"{spec.kind.value} allows no output at all: it is unsatisfiable, "
+                "or needs characters no token of this model can write"
+            )
+        return XGrammarCompiled(compiled)
 
     def new_matcher(
         self,
