@@ -59,6 +59,8 @@ def test_entry_point_installs_every_patch_once_in_a_fresh_process() -> None:
         "frontend_validation": True,
         "backend_construction": True,
         "request_admission": True,
+        "failure_reasons_engine": True,
+        "failure_reasons_api": True,
         "bitmask_fill": True,
         "bitmask_apply": True,
     }

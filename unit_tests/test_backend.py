@@ -22,9 +22,11 @@ from vllm.v1.structured_output.request import StructuredOutputRequest
 
 import grammar_guard
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
+from grammar_guard.core.failures import FailureClass, decode
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar, build_engine
+from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 
 grammar_guard.register()
 
@@ -214,6 +216,7 @@ def test_a_timed_out_request_fails_alone_and_its_compile_still_lands(
     error = slow.structured_output_request.grammar
     assert isinstance(error, CompileTimeoutError)
     assert "timed out after" in str(error) and "retry after 30 s" in str(error)
+    assert decode(FAILURES.take("slow")) == (FailureClass.TIMEOUT, str(error))
     release.set()
     assert backend.service.drain(HANG_GUARD_S)  # the compile runs to its end
     assert backend.cache.metrics.snapshot()["grammar_guard_compiles_total"] == 1
@@ -225,7 +228,10 @@ def test_an_invalid_request_gets_a_failed_future_not_an_exception(
 ) -> None:
     bad = _request("bad", json='{"type": "objectx"}')
     backend.admit_request(bad, block=False)
-    assert isinstance(bad.structured_output_request.grammar, InvalidGrammarError)
+    error = bad.structured_output_request.grammar
+    assert isinstance(error, InvalidGrammarError)
+    # What the engine core writes into the request's output, for its client.
+    assert decode(FAILURES.take("bad")) == (FailureClass.INVALID, error.reason)
 
 
 def _wait_for_grammar(request: Any) -> object:

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from grammar_guard.core.bitmask import allocate_bitmask
+from grammar_guard.core.failures import FailureClass, decode
 from grammar_guard.core.spec import RequestKind
 from grammar_guard.vllm_adapter.backend import GuardedGrammar
+from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 
 if TYPE_CHECKING:
     from conftest import SmallTokenizer
@@ -19,6 +21,12 @@ if TYPE_CHECKING:
 def guarded(small: SmallTokenizer) -> GuardedGrammar:
     spec = small.spec(RequestKind.REGEX, "abc|abd")
     return GuardedGrammar(small.matcher(spec), spec.describe())
+
+
+def reported(request_id: str) -> tuple[FailureClass, str]:
+    decoded = decode(FAILURES.take(request_id))
+    assert decoded is not None, f"nothing reported for {request_id}"
+    return decoded
 
 
 # --- (a) with a real matcher --------------------------------------------------------
@@ -53,8 +61,12 @@ def test_validate_through_the_stop_token_does_not_terminate(
 
 
 def test_rejected_token_is_not_a_fault(small: SmallTokenizer, guarded: GuardedGrammar) -> None:
-    assert not guarded.accept_tokens("req", small.ids("ax"))
+    assert not guarded.accept_tokens("rejecting", small.ids("ax"))
     assert guarded.fault is None
+    # The request's client is told which token was refused, as a server error.
+    failure, message = reported("rejecting")
+    assert failure is FailureClass.INTERNAL
+    assert f"rejected sampled token {small.id('x')}" in message
 
 
 def test_rollback(small: SmallTokenizer, guarded: GuardedGrammar) -> None:
@@ -185,8 +197,13 @@ def assert_faulted(grammar: GuardedGrammar, step: str, method: str) -> None:
     assert fault.startswith(step)
     assert "NativeCrash" in fault
     assert f"{method} crashed in native code" in fault
-    # From now on the request is ended at its next step.
+    # From now on the request is ended at its next step, with the fault as its reason.
+    FAILURES.take("req")
     assert grammar.accept_tokens("req", [1]) is False
+    assert reported("req") == (
+        FailureClass.INTERNAL,
+        f"grammar test: its grammar failed earlier: {fault}",
+    )
     assert grammar.validate_tokens([1, 2]) == []
     mask = torch.zeros((2, 2), dtype=torch.int32)
     grammar.fill_bitmask(mask, 0)

@@ -25,12 +25,14 @@ from grammar_guard.core.bitmask import allocate_bitmask
 from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.failures import FailureClass
 from grammar_guard.core.metrics import CacheMetrics
 from grammar_guard.core.process_compile import make_compiler
 from grammar_guard.core.settings import CacheSettings, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 from grammar_guard.vllm_adapter.metrics_export import SnapshotPublisher
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key
 
@@ -71,10 +73,12 @@ def build_engine(
     )
 
 
-def _log_refusal(request_id: str, error: BaseException) -> None:
-    # vLLM ends the request with finish_reason "error" and has no channel
-    # for the reason, so the log is where an operator finds it.
+def _report_refusal(request_id: str | None, error: BaseException) -> None:
+    # vLLM ends the request with finish_reason "error"; the reason reaches
+    # the client through FAILURES, and the operator through the log.
     logger.warning("grammar-guard: request %s gets no grammar: %s", request_id, error)
+    if request_id is not None:
+        FAILURES.record_error(request_id, error)
 
 
 def _log_warmup_failure(result: WarmupResult) -> None:
@@ -160,12 +164,12 @@ class GrammarGuardBackend(StructuredOutputBackend):
         grammar_spec: str,
         stop_token_ids: set[int] | None = None,
     ) -> StructuredOutputGrammar:
-        grammar = self._admit("(direct)", request_type, grammar_spec, stop_token_ids)
+        grammar = self._admit(None, request_type, grammar_spec, stop_token_ids)
         return grammar.result() if isinstance(grammar, Future) else grammar
 
     def _admit(
         self,
-        request_id: str,
+        request_id: str | None,  # None: a direct compile, no request to report to
         request_type: StructuredOutputOptions,
         grammar_spec: str,
         stop_token_ids: set[int] | None,
@@ -188,7 +192,7 @@ class GrammarGuardBackend(StructuredOutputBackend):
             try:
                 pending.set_result(self._grammar_for(spec, compiled, stop_token_ids))
             except Exception as exc:
-                _log_refusal(request_id, exc)
+                _report_refusal(request_id, exc)
                 pending.set_exception(exc)
 
         admission.future.add_done_callback(deliver)
@@ -204,8 +208,8 @@ class GrammarGuardBackend(StructuredOutputBackend):
         return GuardedGrammar(matcher, spec.describe())
 
     @staticmethod
-    def _refuse(request_id: str, error: BaseException) -> Future[StructuredOutputGrammar]:
-        _log_refusal(request_id, error)
+    def _refuse(request_id: str | None, error: BaseException) -> Future[StructuredOutputGrammar]:
+        _report_refusal(request_id, error)
         return _failed(error)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
@@ -240,29 +244,27 @@ class GuardedGrammar(StructuredOutputGrammar):
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         if self._fault is not None:
-            logger.error(
-                "Ending request %s: its grammar failed earlier (%s)", request_id, self._fault
-            )
-            return False
+            return self._end(request_id, f"its grammar failed earlier: {self._fault}")
         if self._terminated:
             return True
         try:
             for token in tokens:
                 if not self._matcher.accept_token(token):
-                    logger.error(
-                        "Grammar %s rejected token %d for request %s",
-                        self._label,
-                        token,
-                        request_id,
-                    )
-                    return False
+                    return self._end(request_id, f"the grammar rejected sampled token {token}")
                 if self._matcher.is_terminated():
                     self._terminated = True
                     break
         except Exception as exc:
             self._record_fault("accept_tokens", exc)
-            return False
+            return self._end(request_id, f"its grammar failed: {self._fault}")
         return True
+
+    def _end(self, request_id: str, why: str) -> bool:
+        """Returns False, which makes vLLM end the request; records why for its client."""
+        message = f"grammar {self._label}: {why}"
+        logger.error("Ending request %s: %s", request_id, message)
+        FAILURES.record(request_id, FailureClass.INTERNAL, message)
+        return False
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
         if self._fault is not None or self._terminated:

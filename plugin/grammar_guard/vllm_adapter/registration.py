@@ -1,4 +1,4 @@
-"""Install ``grammar-guard`` into vLLM: three narrow, idempotent patches.
+"""Install ``grammar-guard`` into vLLM: narrow, idempotent patches.
 
 vLLM has no registry for structured-output backends: the backend name is a
 closed ``Literal``, request validation and backend construction are
@@ -14,6 +14,10 @@ other backend's traffic to the original code unchanged:
 4. ``StructuredOutputManager.__init__``: build the grammar-guard backend when
    the engine core starts, not at the first structured request, so the
    warm-up file and the persistent cache are read before traffic arrives.
+5. ``Scheduler.update_from_output`` and ``AsyncLLM.generate``: carry the
+   reason a grammar-guard request failed in the engine core to its client,
+   as a 400, 408, 503 or 500 naming it instead of vLLM's bare 500
+   (``failure_reporting``).
 
 It also installs the bitmask hooks (``fill_hook``: the engine core's per-step
 fill; ``apply_hook``: the worker's apply), which take over only for
@@ -37,11 +41,17 @@ from vllm.config import VllmConfig
 from vllm.config import structured_outputs as so_config_module
 from vllm.config.structured_outputs import StructuredOutputsConfig
 from vllm.sampling_params import SamplingParams
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.structured_output import StructuredOutputManager
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.settings import CacheSettings
 from grammar_guard.vllm_adapter.apply_hook import apply_hook_installed, install_apply_hook
+from grammar_guard.vllm_adapter.failure_reporting import (
+    raising_generate,
+    reporting_update_from_output,
+)
 from grammar_guard.vllm_adapter.fill_hook import install_fill_hook
 from grammar_guard.vllm_adapter.metrics_export import install_collector
 
@@ -59,6 +69,8 @@ def install() -> None:
         _wrap_method(SamplingParams, "_validate_structured_outputs", _frontend_validation)
         _wrap_method(StructuredOutputManager, "__init__", _eager_backend)
         _wrap_method(StructuredOutputManager, "grammar_init", _request_admission)
+        _wrap_method(Scheduler, "update_from_output", reporting_update_from_output)
+        _wrap_method(AsyncLLM, "generate", raising_generate)
         install_collector()
         install_fill_hook()
         install_apply_hook()
@@ -72,6 +84,8 @@ def installed_patches() -> dict[str, bool]:
         "frontend_validation": _is_patched(SamplingParams._validate_structured_outputs),
         "backend_construction": _is_patched(StructuredOutputManager.__init__),
         "request_admission": _is_patched(StructuredOutputManager.grammar_init),
+        "failure_reasons_engine": _is_patched(Scheduler.update_from_output),
+        "failure_reasons_api": _is_patched(AsyncLLM.generate),
         "bitmask_apply": apply_hook_installed(),
         "bitmask_fill": _is_patched(StructuredOutputManager.grammar_bitmask),
     }
