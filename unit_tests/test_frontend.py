@@ -90,9 +90,7 @@ def test_diffusion_models_are_refused() -> None:
 def stuck_parser(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A parse that never returns until released, as a pathological input would."""
     release = threading.Event()
-    monkeypatch.setattr(
-        XGrammarEngine, "check", staticmethod(lambda spec, **_: release.wait())
-    )
+    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(lambda spec, **_: release.wait()))
     monkeypatch.setattr(frontend, "PARSE_DEADLINE_S", 0.01)
     yield
     release.set()

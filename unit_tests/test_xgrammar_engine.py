@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
+import xgrammar as xgr
 
 from grammar_guard.core.bitmask import allocate_bitmask, words_per_row
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
@@ -15,7 +17,12 @@ from grammar_guard.core.schema_analysis import analyze
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
-from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher, grammar_is_lark
+from grammar_guard.core.xgrammar_engine import (
+    XGrammarEngine,
+    XGrammarMatcher,
+    _bounded_strings_as_json,
+    grammar_is_lark,
+)
 
 if TYPE_CHECKING:
     from conftest import SmallTokenizer
@@ -541,3 +548,209 @@ def test_the_error_survives_pickling() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert isinstance(copy, UnenforcedKeywordError)
     assert copy.reason == error.reason and copy.findings == error.findings
+
+
+# --- length-bounded strings stay JSON -----------------------------------------------------
+
+# How xgrammar prints the character of a string with minLength or maxLength,
+# and of a string without a bound (the JSON string character).
+BOUNDED_CLASS = r"[^\"\\\r\n]"
+JSON_CLASS = r"[^\0-\x1f\"\\\r\n]"
+BOUNDED_NAME = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 3}, "a": {"type": "integer"}},
+    "required": ["name", "a"],
+    "additionalProperties": False,
+}
+
+
+def xgrammar_schema_grammar(schema: dict[str, Any]) -> xgr.Grammar:
+    """What xgrammar itself builds for ``schema`` in compact mode."""
+    return xgr.Grammar.from_json_schema(
+        json.dumps(schema), any_whitespace=False, separators=(",", ":")
+    )
+
+
+def fully_accepts(grammar: xgr.Grammar, text: str) -> bool:
+    """Whether ``grammar`` matches all of ``text``, any character, no tokenizer needed."""
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False).compile_grammar(
+        grammar
+    )
+    matcher = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+    return bool(matcher.accept_string(text)) and bool(matcher.is_terminated())
+
+
+def test_xgrammar_still_lets_control_characters_into_bounded_strings() -> None:
+    # The reason for the rewrite; when a release fixes it, the rewrite can go.
+    grammar = xgrammar_schema_grammar({"type": "string", "maxLength": 3})
+    assert BOUNDED_CLASS in str(grammar)
+    assert fully_accepts(grammar, '"a\tb"')
+
+
+def test_a_bounded_string_refuses_a_raw_tab_and_keeps_its_bounds(small: SmallTokenizer) -> None:
+    spec = small.spec(RequestKind.JSON_SCHEMA, {"type": "string", "minLength": 2, "maxLength": 4})
+    for text in ('"ab"', '"a b"', '"abcd"', '"a/-_"'):
+        assert small.matches(spec, text), f"{text!r} should match"
+    for text in ('"a\tb"', '"\t\t"', '"a\nb"', '"a"', '"abcde"', '"ab\\"'):
+        assert not small.matches(spec, text), f"{text!r} should not match"
+
+
+def test_an_object_with_a_bounded_string_works_end_to_end(small: SmallTokenizer) -> None:
+    spec = small.spec(RequestKind.JSON_SCHEMA, BOUNDED_NAME, COMPACT)
+    assert small.matches(spec, '{"name":"abc","a":1}')
+    assert small.matches(spec, '{"name":"","a":-20}')
+    assert not small.matches(spec, '{"name":"abcd","a":1}')
+    assert not small.matches(spec, '{"name":"a\tc","a":1}')
+    matcher = small.matcher(spec)
+    assert small.accepts_all(matcher, small.ids('{"name":"a'))
+    assert not matcher.accept_token(small.id("\t"))  # refused as it is sampled
+    assert matcher.accept_token(small.id("b"))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        OBJECT_SCHEMA,
+        {"type": "string"},
+        {"type": "string", "pattern": "^a[\\t]b$", "maxLength": 3},  # the pattern wins
+        {"enum": ["a\tb", 1]},
+        {"type": "string", "format": "uuid"},
+        {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+    ],
+    ids=["object", "string", "pattern", "enum", "uuid", "array"],
+)
+def test_a_grammar_without_bounded_strings_is_used_as_xgrammar_built_it(
+    schema: dict[str, Any],
+) -> None:
+    grammar = xgrammar_schema_grammar(schema)
+    assert BOUNDED_CLASS not in str(grammar)
+    assert _bounded_strings_as_json(grammar) is grammar  # not even parsed again
+
+
+ROUND_TRIP_SCHEMAS: list[tuple[str, dict[str, Any], list[str], list[str], str]] = [
+    # name, schema, texts that must match, texts that must not, and a text
+    # xgrammar alone accepts: a raw control character in a bounded string
+    (
+        "object-required-optional",
+        {
+            "type": "object",
+            "properties": {
+                "id": {"type": "integer", "minimum": -5, "maximum": 120},
+                "name": {"type": "string", "minLength": 1, "maxLength": 4},
+                "ok": {"type": "boolean"},
+            },
+            "required": ["id", "name"],
+            "additionalProperties": False,
+        },
+        ['{"id":7,"name":"ab"}', '{"id":-5,"name":"abcd","ok":true}', '{"id":0,"name":"\u00e9"}'],
+        ['{"id":7}', '{"id":121,"name":"a"}', '{"id":1,"name":""}', '{"id":1,"name":"abcde"}'],
+        '{"id":7,"name":"a\tb"}',
+    ),
+    (
+        "array-bounds",
+        {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 2},
+            "minItems": 1,
+            "maxItems": 3,
+        },
+        ['["a"]', '["ab","","x"]'],
+        ["[]", '["a","b","c","d"]', '["abc"]', "[1]"],
+        '["\x01"]',
+    ),
+    (
+        "defs-ref-anyof",
+        {
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {
+                        "v": {"type": "string", "maxLength": 2},
+                        "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]},
+                    },
+                    "required": ["v", "next"],
+                    "additionalProperties": False,
+                }
+            },
+            "$ref": "#/$defs/node",
+        },
+        ['{"v":"a","next":null}', '{"v":"","next":{"v":"xy","next":null}}'],
+        ['{"v":"abc","next":null}', '{"v":"a","next":{"v":"a"}}', '{"v":"a","next":1}'],
+        '{"v":"","next":{"v":"\t","next":null}}',
+    ),
+    (
+        "enum-const-number",
+        {
+            "type": "object",
+            "properties": {
+                "e": {"enum": ['a"b', "\u4e2d", 3]},
+                "c": {"const": "x\\y"},
+                "n": {"type": "number", "minimum": -1.5, "maximum": 20},
+                "s": {"type": "string", "minLength": 2, "maxLength": 2},
+            },
+            "required": ["e", "c", "n", "s"],
+            "additionalProperties": False,
+        },
+        [
+            '{"e":"a\\"b","c":"x\\\\y","n":-1.5,"s":"ab"}',
+            '{"e":3,"c":"x\\\\y","n":20,"s":"\u4e2d!"}',
+        ],
+        ['{"e":"b","c":"x\\\\y","n":0,"s":"ab"}', '{"e":3,"c":"x\\\\y","n":0,"s":"abc"}'],
+        '{"e":3,"c":"x\\\\y","n":0,"s":"\x1f\x00"}',
+    ),
+    (
+        "formats-pattern-lengths",
+        {
+            "type": "object",
+            "properties": {
+                "ip": {"type": "string", "format": "ipv4"},
+                "id": {"type": "string", "format": "uuid"},
+                # xgrammar drops maxLength next to a pattern ("abcab" fits)
+                "code": {"type": "string", "pattern": "^[a-c]+$", "maxLength": 2},
+                "tag": {"type": "string", "minLength": 1, "maxLength": 3},
+            },
+            "required": ["ip", "id", "code", "tag"],
+            "additionalProperties": False,
+        },
+        ['{"ip":"10.0.0.1","id":"123e4567-e89b-12d3-a456-426614174000","code":"abcab","tag":"t"}'],
+        [
+            '{"ip":"10.0.0.256","id":"123e4567-e89b-12d3-a456-426614174000","code":"a","tag":"t"}',
+            '{"ip":"10.0.0.1","id":"123e4567-e89b-12d3-a456-426614174000","code":"ad","tag":"t"}',
+            '{"ip":"10.0.0.1","id":"123e4567-e89b-12d3-a456-426614174000","code":"a","tag":""}',
+        ],
+        '{"ip":"10.0.0.1","id":"123e4567-e89b-12d3-a456-426614174000","code":"a","tag":"\t"}',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad", "control"),
+    [case[1:] for case in ROUND_TRIP_SCHEMAS],
+    ids=[case[0] for case in ROUND_TRIP_SCHEMAS],
+)
+def test_the_rewrite_changes_only_the_bounded_string_class(
+    schema: dict[str, Any], good: list[str], bad: list[str], control: str
+) -> None:
+    original = xgrammar_schema_grammar(schema)
+    # What the rewrite relies on: printed EBNF parses back to itself.
+    assert str(xgr.Grammar.from_ebnf(str(original))) == str(original)
+    rewritten = _bounded_strings_as_json(original)
+    assert str(rewritten) == str(original).replace(BOUNDED_CLASS, JSON_CLASS)
+    for text in good:
+        assert fully_accepts(original, text), f"{text!r} should match"
+        assert fully_accepts(rewritten, text), f"{text!r} should still match"
+    for text in bad:
+        assert not fully_accepts(original, text), f"{text!r} should not match"
+        assert not fully_accepts(rewritten, text), f"{text!r} should still not match"
+    assert fully_accepts(original, control)
+    assert not fully_accepts(rewritten, control)
+
+
+def test_the_class_text_inside_a_literal_is_left_alone() -> None:
+    # A literal can hold the very text of the class; only the class is rewritten.
+    grammar = xgr.Grammar.from_ebnf(f'root ::= "{BOUNDED_CLASS}" {BOUNDED_CLASS}')
+    literal = '[^"\\\r\n]'
+    rewritten = _bounded_strings_as_json(grammar)
+    assert str(rewritten).count(BOUNDED_CLASS) == 1
+    assert fully_accepts(rewritten, literal + "a")
+    assert not fully_accepts(rewritten, literal + "\t")

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import logging
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,22 @@ _GRAMMAR_COMMENT = re.compile(r"(#|//).*$")
 # Compact JSON: xgrammar needs the separators as well as any_whitespace=False.
 _COMPACT_SEPARATORS = (",", ":")
 _ANY_OBJECT_SCHEMA = '{"type": "object"}'
+# xgrammar 0.2.8 writes a character of a string with minLength or maxLength
+# as this class, which lets raw control characters (tab, U+0001...) into the
+# string: output that is not JSON. Strings without a length bound get the
+# second class, which JSON allows; both are as xgrammar prints them.
+_BOUNDED_STRING_CHARACTER = r"[^\"\\\r\n]"
+_JSON_STRING_CHARACTER = r"[^\0-\x1f\"\\\r\n]"
+# A quoted literal (a string, or a Regex("...") argument) or a character
+# class of printed EBNF. Both are matched, not only classes, so that text
+# inside a literal is never read as a class, nor a quote inside a class
+# (printed \") as the start of a literal.
+_EBNF_LITERAL_OR_CLASS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
+# Goes into the engine fingerprint: a grammar compiled before a rewrite
+# existed must not be loaded from disk by an engine that applies it.
+_GRAMMAR_REWRITES = "bounded-string-json-characters"
+
+logger = logging.getLogger(__name__)
 
 
 def _reason(exc: BaseException) -> str:
@@ -203,6 +220,7 @@ class XGrammarEngine:
         # A grammar compiled while unenforced keywords were let through must
         # not be served from disk to an engine that refuses them.
         digest.update(self._unenforced.value.encode())
+        digest.update(_GRAMMAR_REWRITES.encode())
         return "xgrammar-" + digest.hexdigest()[:32]
 
     @functools.cached_property
@@ -349,11 +367,44 @@ def _parse(spec: GrammarSpec) -> xgr.Grammar:
 
 def _json_schema(spec: GrammarSpec, schema: str) -> xgr.Grammar:
     compact = not spec.options.any_whitespace
-    return xgr.Grammar.from_json_schema(
+    grammar = xgr.Grammar.from_json_schema(
         schema,
         any_whitespace=spec.options.any_whitespace,
         separators=_COMPACT_SEPARATORS if compact else None,
     )
+    return _bounded_strings_as_json(grammar)
+
+
+def _bounded_strings_as_json(grammar: xgr.Grammar) -> xgr.Grammar:
+    """``grammar`` with raw control characters kept out of length-bounded strings.
+
+    The grammar is printed, its bounded-string classes replaced, and the
+    text parsed back. xgrammar's printed EBNF parses back to the same rules
+    and expressions (checked by the round-trip tests), so nothing else of
+    the grammar changes. A grammar without such a class is returned as it is.
+    """
+    text = str(grammar)
+    if _BOUNDED_STRING_CHARACTER not in text:
+        return grammar
+    rewritten = _EBNF_LITERAL_OR_CLASS.sub(_json_string_class, text)
+    if rewritten == text:  # the class text was only inside a literal
+        return grammar
+    try:
+        return xgr.Grammar.from_ebnf(rewritten, root_rule_name="root")
+    except Exception as exc:  # native code reports every failure as RuntimeError
+        # The schema itself is valid; refusing it for our own step would turn
+        # a hardening into an outage. Serve what xgrammar built, and say so.
+        logger.warning(
+            "grammar-guard: could not keep control characters out of a bounded "
+            "string (%s); compiling the schema's grammar unchanged",
+            _reason(exc),
+        )
+        return grammar
+
+
+def _json_string_class(match: re.Match[str]) -> str:
+    found = match.group()
+    return _JSON_STRING_CHARACTER if found == _BOUNDED_STRING_CHARACTER else found
 
 
 def _grammar(spec: GrammarSpec) -> xgr.Grammar:
