@@ -31,8 +31,8 @@ import psutil
 import torch
 
 from grammar_guard.core.compilers import Compiler, InThreadCompiler
-from grammar_guard.core.process_compile import COMPILE_NICENESS, ProcessCompiler
-from grammar_guard.core.settings import default_compile_workers
+from grammar_guard.core.process_compile import ProcessCompiler
+from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, default_compile_workers
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
@@ -93,7 +93,7 @@ def build_engine() -> XGrammarEngine:
 
 @contextmanager
 def process_compiler(
-    engine: XGrammarEngine, workers: int, niceness: int = COMPILE_NICENESS
+    engine: XGrammarEngine, workers: int, niceness: int = DEFAULT_COMPILE_NICENESS
 ) -> Iterator[ProcessCompiler]:
     compiler = ProcessCompiler(engine, workers=workers, kill_after_s=NO_LIMIT_S, niceness=niceness)
     try:
@@ -283,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--nice",
         type=int,
         nargs="+",
-        default=sorted({0, COMPILE_NICENESS, 10}),
+        default=sorted({0, 5, DEFAULT_COMPILE_NICENESS}),
         help="worker nice values compared in the decode section",
     )
     args: Any = parser.parse_args(argv)

@@ -7,6 +7,7 @@ turns a hang (a bug) into a failure.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import wait
@@ -275,3 +276,22 @@ def test_close_fails_waiting_requests_and_stops_the_compiler(
     done, _ = wait([admission.future], timeout=HANG_GUARD_S)
     assert done and "shutting down" in str(admission.future.exception())
     assert all(gate.is_set() for gate in compiler.gates.values())  # close() reached it
+
+
+def test_compiles_run_below_the_engine_s_priority(
+    services: list[CompileService], small: SmallTokenizer, tmp_path: Path
+) -> None:
+    seen: dict[str, int] = {}
+
+    class PriorityProbe(HeldCompiler):
+        def compile(self, spec: GrammarSpec) -> CompileResult:
+            seen["compile"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return super().compile(spec)
+
+    engine_priority = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    service = _start(services, small, tmp_path, PriorityProbe(small))
+    _grammar(service, _spec(small))
+    assert service.drain(HANG_GUARD_S)
+    assert seen["compile"] == min(19, engine_priority + service.settings.compile_niceness)
+    # The calling thread, which stands for the engine's, keeps its priority.
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == engine_priority

@@ -46,6 +46,9 @@ HANG_GUARD_S = 120.0
 # Far above a small-tokenizer compile (milliseconds) even on a loaded machine,
 # where workers run niced behind everything else; far below a hang.
 KILL_AFTER_S = 10.0
+# What these tests check does not depend on priority, and at the default +19
+# a machine busy with other work starves a worker past KILL_AFTER_S.
+NICENESS = 0
 
 # Grammar texts (regular expressions, so valid specs) that FaultyEngine turns into faults.
 HANG, SEGFAULT, EXIT, RAISE = "hang", "segfault", "exit", "raise"
@@ -128,14 +131,14 @@ def faulty(small: SmallTokenizer, tmp_path_factory: pytest.TempPathFactory) -> F
 @pytest.fixture(scope="module")
 def single(faulty: FaultyEngine) -> Iterator[ProcessCompiler]:
     """One worker: after a fault, only a replacement can serve the next compile."""
-    compiler = ProcessCompiler(faulty, workers=1, kill_after_s=KILL_AFTER_S)
+    compiler = ProcessCompiler(faulty, workers=1, kill_after_s=KILL_AFTER_S, niceness=NICENESS)
     yield compiler
     compiler.close()
 
 
 @pytest.fixture(scope="module")
 def pair(faulty: FaultyEngine) -> Iterator[ProcessCompiler]:
-    compiler = ProcessCompiler(faulty, workers=2, kill_after_s=KILL_AFTER_S)
+    compiler = ProcessCompiler(faulty, workers=2, kill_after_s=KILL_AFTER_S, niceness=NICENESS)
     yield compiler
     compiler.close()
 
@@ -347,7 +350,7 @@ def test_a_real_compile_is_killed_at_its_limit() -> None:
     strings = {f"p{i}": {"type": "string", "maxLength": 300 + i} for i in range(8)}
     schema = {"type": "object", "properties": strings, "required": list(strings)}
     slow = GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, CompileOptions())
-    compiler = ProcessCompiler(engine, workers=1, kill_after_s=1)
+    compiler = ProcessCompiler(engine, workers=1, kill_after_s=1, niceness=NICENESS)
     try:
         with pytest.raises(InvalidGrammarError, match="stopped after its hard limit of 1 s"):
             compiler.compile(slow)
@@ -372,7 +375,7 @@ def test_a_worker_that_cannot_be_replaced_yet_is_replaced_later(
 
 def test_a_worker_that_cannot_start_fails_its_compile_clearly(faulty: FaultyEngine) -> None:
     broken = BrokenEngine(faulty.inner, faulty.reports)
-    compiler = ProcessCompiler(broken, workers=1, kill_after_s=KILL_AFTER_S)
+    compiler = ProcessCompiler(broken, workers=1, kill_after_s=KILL_AFTER_S, niceness=NICENESS)
     try:
         with pytest.raises(RuntimeError) as error:
             compiler.compile(GOOD)
@@ -412,7 +415,7 @@ def test_a_killed_compile_fails_its_waiting_requests_and_the_cache_goes_on(
 
 def test_close_kills_every_worker_and_ends_compiles_in_flight(faulty: FaultyEngine) -> None:
     before = worker_pids()
-    compiler = ProcessCompiler(faulty, workers=2, kill_after_s=HANG_GUARD_S)
+    compiler = ProcessCompiler(faulty, workers=2, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
     started = worker_pids() - before
     assert len(started) == 2
     known = hung_pids(faulty.reports)
@@ -430,7 +433,7 @@ def test_close_kills_every_worker_and_ends_compiles_in_flight(faulty: FaultyEngi
 def orphan_parent(reports: str) -> None:
     """Run as its own process by the next test, which kills it."""
     engine = small_faulty_engine(Path(reports))
-    compiler = ProcessCompiler(engine, workers=2, kill_after_s=HANG_GUARD_S)
+    compiler = ProcessCompiler(engine, workers=2, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
     print(" ".join(str(pid) for pid in worker_pids()), flush=True)
     compiler.compile(regex(HANG))  # one worker busy, the other idle, until this process dies
 
@@ -459,7 +462,9 @@ def test_workers_exit_when_their_parent_dies(tmp_path: Path) -> None:
 
 def compile_once(reports: str) -> None:
     """Run as the main module of its own process by the next test."""
-    compiler = ProcessCompiler(small_faulty_engine(Path(reports)), workers=1, kill_after_s=60)
+    compiler = ProcessCompiler(
+        small_faulty_engine(Path(reports)), workers=1, kill_after_s=60, niceness=NICENESS
+    )
     try:
         assert compiler.compile(GOOD).compiled is not None
     finally:
@@ -504,3 +509,14 @@ def test_make_compiler_follows_the_isolation_setting(small: SmallTokenizer) -> N
         assert_same_grammar(small, GOOD, process.compile(GOOD).compiled)
     finally:
         process.close()
+
+
+def test_workers_compile_at_the_configured_priority(faulty: FaultyEngine) -> None:
+    before = worker_pids()
+    compiler = ProcessCompiler(faulty, workers=1, kill_after_s=KILL_AFTER_S, niceness=7)
+    try:
+        compiler.compile(GOOD)  # returns once the worker is up and has compiled
+        (worker,) = worker_pids() - before
+        assert psutil.Process(worker).nice() == min(19, os.nice(0) + 7)
+    finally:
+        compiler.close()

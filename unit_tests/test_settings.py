@@ -25,8 +25,9 @@ def test_defaults() -> None:
     assert settings.compile_timeout_s == 30.0 and settings.max_retries == 2
     assert settings.ttl_s == 30.0  # the TTL follows the timeout unless set
     assert settings.max_bytes == 512 * MIB and settings.max_entries == 1024
-    assert settings.compile_workers >= 2
+    assert settings.compile_workers >= 4
     assert settings.compile_isolation is CompileIsolation.PROCESS
+    assert settings.compile_niceness == 19  # compiles get the CPU the engine leaves
     assert settings.kill_after_s == 120.0  # four compile timeouts
 
 
@@ -41,6 +42,7 @@ def test_every_variable_is_read() -> None:
             "GRAMMAR_GUARD_COMPILE_WORKERS": "3",
             "GRAMMAR_GUARD_COMPILE_ISOLATION": " Thread ",
             "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": "5",
+            "GRAMMAR_GUARD_COMPILE_NICENESS": "0",
         }
     )
     assert settings == CacheSettings(
@@ -52,6 +54,7 @@ def test_every_variable_is_read() -> None:
         compile_workers=3,
         compile_isolation=CompileIsolation.THREAD,
         compile_kill_after_s=5.0,
+        compile_niceness=0,
     )
 
 
@@ -76,6 +79,9 @@ def test_ttl_and_hard_limit_follow_a_configured_timeout() -> None:
         ("GRAMMAR_GUARD_COMPILE_ISOLATION", "fork"),
         ("GRAMMAR_GUARD_COMPILE_KILL_AFTER_S", "0"),
         ("GRAMMAR_GUARD_COMPILE_KILL_AFTER_S", "never"),
+        ("GRAMMAR_GUARD_COMPILE_NICENESS", "-5"),
+        ("GRAMMAR_GUARD_COMPILE_NICENESS", "20"),
+        ("GRAMMAR_GUARD_COMPILE_NICENESS", "low"),
     ],
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:

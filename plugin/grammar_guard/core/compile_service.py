@@ -31,6 +31,7 @@ from grammar_guard.core.cache import Admission, Clock, DeadlineWatcher, GrammarC
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
 from grammar_guard.core.disk_store import DiskStore
 from grammar_guard.core.metrics import CacheMetrics
+from grammar_guard.core.priority import lower_current_thread
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
@@ -68,9 +69,19 @@ class _CompilePool(Executor):
     only once they all have their grammar.
     """
 
-    def __init__(self, workers: int, follow_ups: Callable[[Callable[[], None]], None]) -> None:
+    def __init__(
+        self,
+        workers: int,
+        follow_ups: Callable[[Callable[[], None]], None],
+        *,
+        initializer: Callable[..., None] | None = None,
+        initargs: tuple[Any, ...] = (),
+    ) -> None:
         self._threads = ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix="grammar-guard-compile"
+            max_workers=workers,
+            thread_name_prefix="grammar-guard-compile",
+            initializer=initializer,
+            initargs=initargs,
         )
         self._follow_ups = follow_ups
         self._local = threading.local()
@@ -95,6 +106,16 @@ class _CompilePool(Executor):
         finally:
             for deferred in self._local.deferred:
                 self._follow_ups(deferred)
+
+
+def _at_compile_priority(settings: CacheSettings) -> dict[str, Any]:
+    """Thread-pool arguments that start each thread at ``GRAMMAR_GUARD_COMPILE_NICENESS``.
+
+    The pool's threads compile (in-thread isolation) or load what a worker
+    process compiled and what the disk holds, seconds of CPU for a large
+    grammar; the engine's own threads must win the CPU from them.
+    """
+    return {"initializer": lower_current_thread, "initargs": (settings.compile_niceness,)}
 
 
 class CompileService:
@@ -127,8 +148,12 @@ class CompileService:
                 max_bytes=settings.cache_dir_max_bytes,
                 metrics=self.metrics,
             )
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="grammar-guard-disk")
-        self._pool = _CompilePool(settings.compile_workers, self._start_write)
+            self._writer = ThreadPoolExecutor(
+                1, thread_name_prefix="grammar-guard-disk", **_at_compile_priority(settings)
+            )
+        self._pool = _CompilePool(
+            settings.compile_workers, self._start_write, **_at_compile_priority(settings)
+        )
         self._watcher = DeadlineWatcher(clock)
         self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
             self._fill,

@@ -34,17 +34,13 @@ from typing import TYPE_CHECKING
 
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.settings import CompileIsolation
+from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, CompileIsolation
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import GrammarEngine
     from grammar_guard.core.settings import CacheSettings
     from grammar_guard.core.spec import GrammarSpec
 
-# Added to the workers' nice value: when a compile and the engine's decoding
-# loop want the same core, the compile gets about a quarter of it, enough to
-# finish within its timeout (docs/compile-isolation.md has the numbers).
-COMPILE_NICENESS = 5
 # Starting a worker imports xgrammar (and with it torch): seconds, tens of
 # seconds on a loaded machine. A worker not ready by then is broken.
 _START_LIMIT_S = 120.0
@@ -105,7 +101,7 @@ class ProcessCompiler:
         *,
         workers: int,
         kill_after_s: float,
-        niceness: int = COMPILE_NICENESS,
+        niceness: int = DEFAULT_COMPILE_NICENESS,
     ) -> None:
         if workers < 1:
             raise ValueError("a process compiler needs at least one worker")
@@ -295,7 +291,10 @@ def make_compiler(engine: GrammarEngine, settings: CacheSettings) -> Compiler:
     if settings.compile_isolation is CompileIsolation.THREAD:
         return InThreadCompiler(engine)
     return ProcessCompiler(
-        engine, workers=settings.compile_workers, kill_after_s=settings.kill_after_s
+        engine,
+        workers=settings.compile_workers,
+        kill_after_s=settings.kill_after_s,
+        niceness=settings.compile_niceness,
     )
 
 
@@ -334,9 +333,6 @@ def _receive_exactly(connection: socket.socket, size: int, deadline: float | Non
 
 
 def _worker_main(socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int) -> None:
-    # Threads inherit the nice value of the thread that starts them, so this
-    # comes before xgrammar starts its compile threads.
-    os.nice(niceness)
     # Ctrl-C reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_when_orphaned(parent_pid)
@@ -349,6 +345,10 @@ def _worker_main(socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int)
         return
     finally:
         os.close(recipe_fd)
+    # After the start-up, which would take minutes at a low priority on a busy
+    # machine; before any compile, since xgrammar starts its compile threads
+    # per compile and threads inherit the nice value of the thread starting them.
+    os.nice(niceness)
     _send(connection, _READY, b"")
     while True:
         try:

@@ -14,10 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from grammar_guard.core.priority import MAX_NICENESS
+
 T = TypeVar("T", int, float)
 
 ENV_PREFIX = "GRAMMAR_GUARD_"
 MIB = 1 << 20
+# The lowest priority: compiles get the CPU the engine leaves them
+# (docs/head-of-line.md: the only setting that met the latency goal).
+DEFAULT_COMPILE_NICENESS = MAX_NICENESS
 
 
 class SettingsError(ValueError):
@@ -69,8 +74,10 @@ def _read_choice(environ: Mapping[str, str], variable: str, default: E) -> E:
 
 
 def default_compile_workers() -> int:
-    # Two at least, so one slow compile never queues every other key behind it.
-    return max(2, (os.cpu_count() or 1) // 2)
+    # Four at least: slow compiles arrive faster than they finish on a small
+    # machine, and a new cheap grammar must find a worker free of them
+    # (docs/head-of-line.md: two workers set the p99 at 6.5 s of waiting).
+    return max(4, (os.cpu_count() or 1) // 2)
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ class CacheSettings:
     compile_workers: int = field(default_factory=default_compile_workers)
     compile_isolation: CompileIsolation = CompileIsolation.PROCESS
     compile_kill_after_s: float | None = None  # None: KILL_AFTER_TIMEOUTS compile timeouts
+    # Added to the nice value of every compile (pool threads, worker processes).
+    compile_niceness: int = DEFAULT_COMPILE_NICENESS
     # Persistent cache folder; None (the default) keeps compiled grammars in memory only.
     cache_dir: Path | None = None
     cache_dir_max_bytes: int = 1024 * MIB
@@ -139,6 +148,11 @@ class CacheSettings:
 
         timeout = read("COMPILE_TIMEOUT_S", float, defaults.compile_timeout_s, 0.001)
         cache_mb = read("CACHE_MB", float, defaults.max_bytes / MIB, 0.0)
+        niceness = read("COMPILE_NICENESS", int, defaults.compile_niceness, 0)
+        if niceness > MAX_NICENESS:
+            raise SettingsError(
+                f"{ENV_PREFIX}COMPILE_NICENESS={niceness} must be at most {MAX_NICENESS}"
+            )
         return cls(
             compile_timeout_s=timeout,
             max_retries=read("MAX_RETRIES", int, defaults.max_retries, 0),
@@ -152,6 +166,7 @@ class CacheSettings:
             compile_kill_after_s=read(
                 "COMPILE_KILL_AFTER_S", float, KILL_AFTER_TIMEOUTS * timeout, 0.001
             ),
+            compile_niceness=niceness,
             cache_dir=read_path("CACHE_DIR", folder=True),
             cache_dir_max_bytes=int(
                 read("CACHE_DIR_MB", float, defaults.cache_dir_max_bytes / MIB, 0.0) * MIB

@@ -1,0 +1,32 @@
+"""Run grammar compiles at a lower CPU priority than the engine they serve.
+
+A compile of seconds competes for cores with the engine's decoding loop;
+at the engine's own priority it delays every running request's next token
+(docs/head-of-line.md measures by how much). On Linux a nice value belongs
+to a thread, and threads a thread starts inherit it, so lowering the
+calling thread before it compiles also lowers xgrammar's own compile threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+# The range of nice increments POSIX systems accept.
+MAX_NICENESS = 19
+
+
+def lower_current_thread(niceness: int) -> None:
+    """Add ``niceness`` to the calling thread's nice value; a no-op where that is refused.
+
+    Never raises: a platform without per-thread priorities (or a sandbox that
+    forbids it) leaves compiles at the engine's priority, which is slower for
+    others, not wrong.
+    """
+    if niceness <= 0 or not hasattr(os, "setpriority"):
+        return
+    thread = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        current = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, min(MAX_NICENESS, current + niceness))
