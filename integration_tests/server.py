@@ -10,11 +10,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from grammar_guard.demo.engine import ENGINE_ENV, ENGINE_KWARGS
@@ -119,3 +121,25 @@ def start_api_server(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def engine_core_process(server: ApiServer) -> psutil.Process:
+    """The engine-core process of ``server``, found by its port and vLLM's process title.
+
+    vLLM never restarts a dead engine core (the server exits instead), so a
+    test that compares this process before and after a run proves the
+    engine survived it.
+    """
+    port = str(urllib.parse.urlsplit(server.base_url).port)
+    for process in psutil.process_iter(["cmdline"]):
+        command = process.info["cmdline"] or []
+        if "vllm.entrypoints.openai.api_server" in command and port in command:
+            with contextlib.suppress(psutil.Error):
+                engines = [
+                    child
+                    for child in process.children(recursive=True)
+                    if "EngineCore" in " ".join(child.cmdline())
+                ]
+                if len(engines) == 1:
+                    return engines[0]
+    raise LookupError(f"no engine-core process found for the server on port {port}")

@@ -1,0 +1,483 @@
+"""Load and soak: hundreds of concurrent structured requests against a real server, bounded.
+
+Starts vLLM's OpenAI-compatible server on loopback with the ``grammar-guard``
+backend, compact JSON and a small compile cache (``GRAMMAR_GUARD_CACHE_MB``),
+then sends a planned mix of requests, many at once:
+
+- good requests with one of a few hot schemas (cache hits once warm);
+- good requests with a schema never sent before (a compile each; they fill
+  the cache past its bound, so it evicts from then on);
+- bad requests, drawn from the refusals of the bad-input corpus
+  (``integration_tests/bad_input_corpus.py``), small bodies only.
+
+Every answer is checked: a good request must come back 200 with output its
+schema accepts (a valid prefix when cut by ``max_tokens``), a bad one with a
+4xx naming its reason. It stops by itself after ``--requests`` requests or
+``--max-duration-s``, whichever comes first, and reports:
+
+- requests lost (no answer: a transport error or a timeout) and requests
+  answered wrongly (goal: both 0);
+- engine restarts (goal 0: the engine-core process is the one the run began
+  with, and the server is healthy at the end);
+- the engine core's resident memory (RSS) sampled over the run, and whether
+  it is flat once the cache bound was reached (see :func:`memory_trend`).
+
+Run from the repository root (the server helpers live in ``integration_tests``):
+
+    .venv/bin/python -m benchmarks.load_soak [--requests 6000] [--concurrency 200] [--cache-mb 8]
+
+Writes ``build/load_soak.json`` and ``build/load_soak.md``, prints the
+markdown and plots RSS over time to ``docs/img/load_soak_rss.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from integration_tests.bad_input_corpus import (
+    CORPUS,
+    SERVER_ARGS,
+    Case,
+    Outcome,
+    Reply,
+    completion,
+    constrained,
+    json_output,
+)
+from integration_tests.server import ApiServer, engine_core_process, start_api_server
+
+from grammar_guard.demo.tiny_model import build_tiny_model
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = REPO / "build" / "load_soak.json"
+DEFAULT_PLOT = REPO / "docs" / "img" / "load_soak_rss.png"
+MIB = float(1 << 20)
+# Bad requests are about refusal under load, not upload size.
+MAX_BAD_BODY_BYTES = 64 << 10
+# Memory counts as flat when, in the last quarter of the run past the cache
+# bound, RSS grew by at most FLAT_SHARE of what keeping every grammar compiled
+# meanwhile would have cost, or by FLAT_FLOOR_MIB (the allocator grows in steps).
+FLAT_SHARE = 0.25
+FLAT_FLOOR_MIB = 24.0
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    requests: int = 6000
+    concurrency: int = 200
+    max_duration_s: float = 900.0
+    request_timeout_s: float = 180.0
+    bad_share: float = 0.2
+    new_schema_share: float = 0.5  # of the good requests
+    hot_schemas: int = 8
+    max_tokens: int = 8
+    cache_mb: float = 8.0
+    sample_interval_s: float = 0.5
+    seed: int = 0
+
+    def server_env(self) -> dict[str, str]:
+        return {"GRAMMAR_GUARD_CACHE_MB": str(self.cache_mb)}
+
+
+def distinct_schema(serial: int) -> dict[str, Any]:
+    """A bounded object schema of its own for every ``serial``, about 200 KiB compiled.
+
+    Wide integer ranges make compiled grammars heavy for their compile time
+    (milliseconds), so the cache fills within seconds and a grammar kept past
+    its bound would show in the engine's memory.
+    """
+    last: dict[str, Any] = (
+        {"enum": [f"a{serial}", "b", "c"]}
+        if serial % 2
+        else {"type": "array", "items": {"type": "boolean"}, "maxItems": 1 + serial % 3}
+    )
+    properties: dict[str, Any] = {
+        f"n{serial}": {"type": "integer", "minimum": 0, "maximum": 100_000 + serial},
+        f"m{serial}": {"type": "integer", "minimum": -50_000 - serial, "maximum": 50_000},
+        # A pattern, not maxLength: a length-bounded string compiles to a grammar
+        # several times larger, whose churn through the allocator would blur a leak.
+        f"s{serial}": {"type": "string", "pattern": f"^[a-z]{{0,{3 + serial % 5}}}$"},
+        f"t{serial}": last,
+    }
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def _good(serial: int, schema: dict[str, Any], max_tokens: int) -> Case:
+    body = completion({"json": schema}, max_tokens=max_tokens, seed=serial)
+    return constrained(f"good-{serial}", body, json_output(schema))
+
+
+def small_refusals(model: str) -> list[Case]:
+    return [
+        case
+        for case in CORPUS
+        if case.expected is Outcome.REFUSED and len(case.body(model)) <= MAX_BAD_BODY_BYTES
+    ]
+
+
+@dataclass(frozen=True)
+class Planned:
+    kind: str  # "hot", "new" or "bad"
+    case: Case
+
+
+def plan(config: SoakConfig, model: str) -> list[Planned]:
+    """The requests of one run, in sending order; the same for the same seed."""
+    rng = random.Random(config.seed)
+    refusals = small_refusals(model)
+    planned: list[Planned] = []
+    new_serial = config.hot_schemas
+    for serial in range(config.requests):
+        if rng.random() < config.bad_share:
+            planned.append(Planned("bad", rng.choice(refusals)))
+        elif rng.random() < config.new_schema_share:
+            planned.append(
+                Planned("new", _good(serial, distinct_schema(new_serial), config.max_tokens))
+            )
+            new_serial += 1
+        else:
+            schema = distinct_schema(rng.randrange(config.hot_schemas))
+            planned.append(Planned("hot", _good(serial, schema, config.max_tokens)))
+    return planned
+
+
+@dataclass(frozen=True)
+class Sample:
+    at_s: float
+    rss_mib: float
+    cache_mib: float
+    cache_entries: int
+    evictions: int
+    compiles: int
+    answered: int
+
+
+@dataclass
+class Tally:
+    """Per-kind counts of how requests ended, and a few lost or wrong ones to show."""
+
+    ended: Counter[str] = field(default_factory=Counter)
+    latencies_s: list[float] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+
+    def record(self, kind: str, result: str, latency_s: float, detail: str = "") -> None:
+        self.ended[f"{kind}:{result}"] += 1
+        self.ended[result] += 1
+        self.latencies_s.append(latency_s)
+        if detail and len(self.examples) < 10:
+            self.examples.append(detail)
+
+
+async def _send(client: httpx.AsyncClient, model: str, planned: Planned, tally: Tally) -> None:
+    started = time.monotonic()
+    try:
+        response = await client.post(
+            planned.case.endpoint,
+            content=planned.case.body(model),
+            headers={"Content-Type": "application/json"},
+        )
+    except httpx.HTTPError as exc:
+        detail = f"{planned.case.name}: {type(exc).__name__}: {exc}"
+        tally.record(planned.kind, "lost", time.monotonic() - started, detail[:300])
+        return
+    latency = time.monotonic() - started
+    reply = Reply.parse(response.status_code, response.content)
+    try:
+        planned.case.verify(reply)
+    except AssertionError as exc:
+        tally.record(planned.kind, "wrong", latency, f"{planned.case.name}: {exc}"[:300])
+        return
+    tally.record(planned.kind, "ok", latency)
+
+
+async def _sample(
+    server: ApiServer, engine: psutil.Process, started: float, tally: Tally
+) -> Sample:
+    metrics = await asyncio.to_thread(server.metrics)
+    return Sample(
+        at_s=time.monotonic() - started,
+        rss_mib=engine.memory_info().rss / MIB,
+        cache_mib=metrics.get("grammar_guard_cache_bytes", 0.0) / MIB,
+        cache_entries=int(metrics.get("grammar_guard_cache_entries", 0)),
+        evictions=int(metrics.get("grammar_guard_evictions_total", 0)),
+        compiles=int(metrics.get("grammar_guard_compiles_total", 0)),
+        answered=len(tally.latencies_s),
+    )
+
+
+async def _drive(
+    server: ApiServer, engine: psutil.Process, planned: list[Planned], config: SoakConfig
+) -> tuple[Tally, list[Sample], float]:
+    tally = Tally()
+    samples: list[Sample] = []
+    started = time.monotonic()
+    deadline = started + config.max_duration_s
+    gate = asyncio.Semaphore(config.concurrency)
+    # Idle connections are dropped before uvicorn's 5 s keep-alive timeout would
+    # close them under a request: that race would look like a lost request.
+    limits = httpx.Limits(max_connections=config.concurrency, keepalive_expiry=2.0)
+    timeout = httpx.Timeout(config.request_timeout_s)
+
+    async with httpx.AsyncClient(
+        base_url=server.base_url, limits=limits, timeout=timeout
+    ) as client:
+
+        async def one(item: Planned) -> None:
+            async with gate:
+                if time.monotonic() >= deadline:
+                    tally.ended["not sent"] += 1
+                    return
+                await _send(client, server.model, item, tally)
+
+        sending = asyncio.gather(*(one(item) for item in planned))
+        while not sending.done():
+            samples.append(await _sample(server, engine, started, tally))
+            await asyncio.wait([sending], timeout=config.sample_interval_s)
+        await sending
+    samples.append(await _sample(server, engine, started, tally))
+    return tally, samples, time.monotonic() - started
+
+
+@dataclass(frozen=True)
+class MemoryTrend:
+    """RSS before the load, and how it moved at the end of the run, past the cache bound."""
+
+    baseline_mib: float
+    peak_mib: float
+    bound_reached_s: float | None  # when the cache first evicted
+    drift_mib: float  # median RSS of the last quarter past the bound less the third's
+    compiled: int  # grammars compiled between those two quarters (medians likewise)
+    grammar_mib: float  # the average size of a cached grammar
+    allowed_drift_mib: float
+
+    @property
+    def flat(self) -> bool:
+        return self.bound_reached_s is not None and self.drift_mib <= self.allowed_drift_mib
+
+
+def memory_trend(samples: list[Sample]) -> MemoryTrend:
+    """Whether RSS stopped following the grammars compiled once the cache bound was reached.
+
+    The time past the first eviction is cut in four quarters and the last
+    two compared. Were compiled grammars kept beyond the bound, RSS would
+    grow from the third quarter to the fourth by about ``compiled *
+    grammar_mib``; it counts as flat when it grew by at most ``FLAT_SHARE``
+    of that, or by ``FLAT_FLOOR_MIB``. The first half is left out: RSS climbs
+    for the first few thousand requests, with the grammars held by requests
+    in flight and the allocator reaching its high-water mark
+    (docs/reliability.md). Medians keep one step's transient allocation from
+    deciding either way.
+    """
+    baseline = samples[0].rss_mib
+    peak = max(sample.rss_mib for sample in samples)
+    bounded = [sample for sample in samples if sample.evictions > 0]
+    if len(bounded) < 8:
+        return MemoryTrend(baseline, peak, None, 0.0, 0, 0.0, 0.0)
+    start, span = bounded[0].at_s, bounded[-1].at_s - bounded[0].at_s
+    third = [s for s in bounded if start + span / 2 <= s.at_s < start + 3 * span / 4]
+    fourth = [s for s in bounded if s.at_s >= start + 3 * span / 4]
+    drift = statistics.median(s.rss_mib for s in fourth) - statistics.median(
+        s.rss_mib for s in third
+    )
+    compiled = int(
+        statistics.median(s.compiles for s in fourth) - statistics.median(s.compiles for s in third)
+    )
+    grammar_mib = statistics.mean(s.cache_mib / s.cache_entries for s in bounded if s.cache_entries)
+    allowed = max(FLAT_FLOOR_MIB, FLAT_SHARE * compiled * grammar_mib)
+    return MemoryTrend(baseline, peak, start, drift, compiled, grammar_mib, allowed)
+
+
+@dataclass(frozen=True)
+class SoakResult:
+    config: SoakConfig
+    seconds: float
+    ended: dict[str, int]
+    failure_examples: list[str]
+    latency_p50_s: float
+    latency_p99_s: float
+    engine_pid_before: int
+    engine_pid_after: int | None
+    healthy_after: bool
+    memory: MemoryTrend
+    samples: list[Sample]
+
+    @property
+    def lost(self) -> int:
+        return self.ended.get("lost", 0)
+
+    @property
+    def wrong(self) -> int:
+        return self.ended.get("wrong", 0)
+
+    @property
+    def restarts(self) -> int:
+        """0 when the engine core that began the run answered its end; 1 otherwise."""
+        survived = self.healthy_after and self.engine_pid_after == self.engine_pid_before
+        return 0 if survived else 1
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "date": str(date.today()),
+            **asdict(self),
+            "memory": {**asdict(self.memory), "flat": self.memory.flat},
+            "lost": self.lost,
+            "wrong": self.wrong,
+            "restarts": self.restarts,
+        }
+
+
+def _healthy(server: ApiServer) -> bool:
+    try:
+        with urllib.request.urlopen(server.base_url + "/health", timeout=10) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _engine_pid_after(server: ApiServer) -> int | None:
+    try:
+        return engine_core_process(server).pid
+    except LookupError:
+        return None
+
+
+def run_soak(server: ApiServer, config: SoakConfig) -> SoakResult:
+    """Drive ``server`` (started with ``config.server_env()``) and measure it."""
+    engine = engine_core_process(server)
+    planned = plan(config, server.model)
+    tally, samples, seconds = asyncio.run(_drive(server, engine, planned, config))
+    latencies = sorted(tally.latencies_s) or [0.0]
+    return SoakResult(
+        config=config,
+        seconds=seconds,
+        ended=dict(tally.ended),
+        failure_examples=tally.examples,
+        latency_p50_s=latencies[len(latencies) // 2],
+        latency_p99_s=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        engine_pid_before=engine.pid,
+        engine_pid_after=_engine_pid_after(server),
+        healthy_after=_healthy(server),
+        memory=memory_trend(samples),
+        samples=samples,
+    )
+
+
+def markdown(result: SoakResult) -> str:
+    config, memory, ended = result.config, result.memory, result.ended
+    bound = "never" if memory.bound_reached_s is None else f"{memory.bound_reached_s:.0f} s"
+    lines = [
+        f"Load soak, {result.as_json()['date']}: {config.requests} requests planned, "
+        f"{config.concurrency} at once, max_tokens={config.max_tokens}, "
+        f"GRAMMAR_GUARD_CACHE_MB={config.cache_mb:g}, {result.seconds:.0f} s.",
+        "",
+        "| requests | hot schema | new schema | bad | lost | wrong | not sent | restarts |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {sum(ended.get(k, 0) for k in ('ok', 'wrong', 'lost'))} "
+        f"| {ended.get('hot:ok', 0)} | {ended.get('new:ok', 0)} | {ended.get('bad:ok', 0)} "
+        f"| {result.lost} | {result.wrong} | {ended.get('not sent', 0)} | {result.restarts} |",
+        "",
+        "| engine RSS before | peak | cache bound reached | drift past the bound "
+        "| grammars compiled meanwhile | allowed drift | flat | latency p50 | latency p99 |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        f"| {memory.baseline_mib:.0f} MiB | {memory.peak_mib:.0f} MiB | {bound} "
+        f"| {memory.drift_mib:+.1f} MiB | {memory.compiled} x {memory.grammar_mib * 1024:.0f} KiB "
+        f"| {memory.allowed_drift_mib:.1f} MiB | {'yes' if memory.flat else 'no'} "
+        f"| {result.latency_p50_s:.2f} s | {result.latency_p99_s:.2f} s |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: SoakResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = result.samples
+    times = [s.at_s for s in samples]
+    figure, rss_axis = plt.subplots(figsize=(8, 4.2))
+    rss_axis.plot(times, [s.rss_mib for s in samples], color="tab:blue", label="engine-core RSS")
+    rss_axis.set_xlabel("seconds into the run")
+    rss_axis.set_ylabel("RSS (MiB)")
+    cache_axis = rss_axis.twinx()
+    cache_axis.plot(
+        times, [s.cache_mib for s in samples], color="tab:orange", label="grammar cache"
+    )
+    cache_axis.axhline(result.config.cache_mb, color="tab:orange", linestyle=":", linewidth=1)
+    cache_axis.set_ylabel("grammar cache (MiB)")
+    cache_axis.set_ylim(0, result.config.cache_mb * 1.6)
+    if result.memory.bound_reached_s is not None:
+        rss_axis.axvline(result.memory.bound_reached_s, color="grey", linestyle="--", linewidth=1)
+    answered = samples[-1].answered
+    rss_axis.set_title(
+        f"{answered} requests, {result.config.concurrency} at once; cache bound "
+        f"{result.config.cache_mb:g} MiB (dotted), first eviction (dashed)",
+        fontsize=9,
+    )
+    handles = rss_axis.get_legend_handles_labels()
+    extra = cache_axis.get_legend_handles_labels()
+    rss_axis.legend(handles[0] + extra[0], handles[1] + extra[1], loc="lower right")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    defaults = SoakConfig()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=defaults.requests)
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--max-duration-s", type=float, default=defaults.max_duration_s)
+    parser.add_argument("--bad-share", type=float, default=defaults.bad_share)
+    parser.add_argument("--new-schema-share", type=float, default=defaults.new_schema_share)
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    parser.add_argument("--cache-mb", type=float, default=defaults.cache_mb)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
+    args = parser.parse_args()
+    config = SoakConfig(
+        requests=args.requests,
+        concurrency=args.concurrency,
+        max_duration_s=args.max_duration_s,
+        bad_share=args.bad_share,
+        new_schema_share=args.new_schema_share,
+        max_tokens=args.max_tokens,
+        cache_mb=args.cache_mb,
+        seed=args.seed,
+    )
+    model = str(build_tiny_model())
+    with start_api_server(model, *SERVER_ARGS, env=config.server_env()) as server:
+        result = run_soak(server, config)
+    report = markdown(result)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result.as_json(), indent=1))
+    args.json.with_suffix(".md").write_text(report)
+    plot(result, args.plot)
+    print(report)
+    for example in result.failure_examples:
+        print("lost or wrong:", example)
+    print(f"JSON: {args.json}; plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
