@@ -1,0 +1,174 @@
+"""The request stream of ``bench_head_of_line.py``: schemas and a seeded arrival schedule.
+
+Nothing here starts an engine; the schedule is plain data, so every backend
+and both kinds of block replay exactly the same simple stream.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+Schema = dict[str, Any]
+# Sampling seeds per round: the simple stream counts up from the round's
+# first, the slow requests take the round's last ones.
+SEEDS_PER_ROUND = 100_000
+
+
+class Kind(StrEnum):
+    REPEATED = "repeated"  # one of a few small schemas: a cache hit once warm
+    NEW_SMALL = "new-small"  # a small schema never seen before: a cheap compile
+    SLOW = "slow"  # long bounded strings, never seen before: seconds of compile
+
+
+def _object(properties: Schema) -> Schema:
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+# Small and bounded, so a random-weight model closes them within a few tokens
+# of compact JSON: enums, bounded integers, short strings, short arrays.
+REPEATED_SCHEMAS: tuple[Schema, ...] = (
+    _object(
+        {
+            "color": {"enum": ["red", "green", "blue"]},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        }
+    ),
+    _object(
+        {
+            "name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        }
+    ),
+    _object({"ok": {"type": "boolean"}}),
+    _object({"tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}),
+    _object(
+        {
+            "city": {"enum": ["Oslo", "Lima", "Pune"]},
+            "zip": {"type": "string", "pattern": "^[0-9]{4}$"},
+        }
+    ),
+    _object(
+        {"level": {"type": "integer", "minimum": -5, "maximum": 5}, "done": {"type": "boolean"}}
+    ),
+)
+
+
+def new_small_schema(name: str) -> Schema:
+    """A small schema no engine has seen: a fresh property name makes a fresh cache key."""
+    return _object(
+        {
+            f"field_{name}": {"enum": ["x", "y", "z"]},
+            "n": {"type": "integer", "minimum": 0, "maximum": 9},
+        }
+    )
+
+
+def slow_schema(name: str, max_lengths: Sequence[int]) -> Schema:
+    """Seconds to compile against a 129k vocabulary: xgrammar expands each bounded string.
+
+    Every string needs a length no earlier schema used: xgrammar's own cache
+    (on in vLLM's backend) shares the costly part between schemas whose
+    strings have the same bound, so a second ``maxLength: 300`` string, under
+    any property name, compiles in milliseconds there.
+    """
+    return _object(
+        {
+            f"note_{name}_{i}": {"type": "string", "maxLength": length}
+            for i, length in enumerate(max_lengths)
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at_s: float  # from the start of its block
+    kind: Kind
+    schema: Schema
+    max_tokens: int
+    seed: int  # sampling seed: the simple stream samples alike with and without slow requests
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the benchmark sends: blocks of a simple stream, alone or with slow requests.
+
+    A run is ``rounds`` rounds of two blocks each, one alone and one with the
+    slow requests; within a round the simple stream is the same in both.
+    Every schema is a function of its round and place, so each engine gets
+    the same requests and no new schema repeats within an engine's run.
+    """
+
+    block_s: float
+    rounds: int
+    rate_per_s: float  # simple requests, Poisson arrivals
+    new_small_share: float  # of simple requests
+    slow_every_s: float
+    slow_strings: tuple[int, ...]  # strings per slow schema, used in turn
+    slow_max_length: int  # the first string's bound; each later one is one longer
+    simple_max_tokens: int = 32
+    slow_max_tokens: int = 16
+    seed: int = 0
+
+    def schedule(self, round_index: int, *, with_slow: bool) -> list[Arrival]:
+        """One block's arrivals in time order.
+
+        The simple stream's times, schemas and seeds come from the round
+        alone, so adding the slow requests changes nothing else about it.
+        """
+        arrivals = self._simple(round_index)
+        if with_slow:
+            arrivals += self._slow(round_index)
+        return sorted(arrivals, key=lambda arrival: arrival.at_s)
+
+    def slow_times(self) -> list[float]:
+        """When the slow requests of a block are due: evenly, from half a period in."""
+        due = itertools.count(self.slow_every_s / 2, self.slow_every_s)
+        return list(itertools.takewhile(lambda at: at < self.block_s, due))
+
+    def warm_up(self) -> list[Arrival]:
+        """Every repeated schema once, so the blocks start with them cached, and a new one."""
+        arrivals = [
+            Arrival(0.05 * index, Kind.REPEATED, schema, self.simple_max_tokens, seed=index)
+            for index, schema in enumerate(REPEATED_SCHEMAS)
+        ]
+        new = new_small_schema("warm-up")
+        return [*arrivals, Arrival(0.5, Kind.NEW_SMALL, new, 8, seed=len(arrivals))]
+
+    def _simple(self, round_index: int) -> list[Arrival]:
+        rng = random.Random(self.seed + round_index)
+        first_seed = round_index * SEEDS_PER_ROUND
+        arrivals: list[Arrival] = []
+        at = rng.expovariate(self.rate_per_s)
+        while at < self.block_s:
+            if rng.random() < self.new_small_share:
+                kind = Kind.NEW_SMALL
+                schema = new_small_schema(f"{round_index}_{len(arrivals)}")
+            else:
+                kind, schema = Kind.REPEATED, rng.choice(REPEATED_SCHEMAS)
+            seed = first_seed + len(arrivals)
+            arrivals.append(Arrival(at, kind, schema, self.simple_max_tokens, seed))
+            at += rng.expovariate(self.rate_per_s)
+        return arrivals
+
+    def _slow(self, round_index: int) -> list[Arrival]:
+        times = self.slow_times()
+        strings = [self.slow_strings[index % len(self.slow_strings)] for index in range(len(times))]
+        # Bounds count up across the whole run: no two strings share one.
+        first_length = self.slow_max_length + round_index * sum(strings)
+        bounds = itertools.count(first_length)
+        first_seed = (round_index + 1) * SEEDS_PER_ROUND - len(times)
+        return [
+            Arrival(
+                at,
+                Kind.SLOW,
+                slow_schema(f"{round_index}_{index}", list(itertools.islice(bounds, count))),
+                self.slow_max_tokens,
+                seed=first_seed + index,
+            )
+            for index, (at, count) in enumerate(zip(times, strings, strict=True))
+        ]
