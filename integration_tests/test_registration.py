@@ -61,6 +61,7 @@ def test_entry_point_installs_every_patch_once_in_a_fresh_process() -> None:
         "request_admission": True,
         "failure_reasons_engine": True,
         "failure_reasons_api": True,
+        "structured_outputs_type_check": True,
         "bitmask_fill": True,
         "bitmask_apply": True,
     }

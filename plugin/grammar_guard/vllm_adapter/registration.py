@@ -18,6 +18,9 @@ other backend's traffic to the original code unchanged:
    reason a grammar-guard request failed in the engine core to its client,
    as a 400, 408, 503 or 500 naming it instead of vLLM's bare 500
    (``failure_reporting``).
+6. The completion and chat request models' ``check_structured_outputs_count``:
+   refuse a ``structured_outputs`` that is not an object with a 400, where
+   vLLM's own check crashes into a 500 (``request_models``).
 
 It also installs the bitmask hooks (``fill_hook``: the engine core's per-step
 fill; ``apply_hook``: the worker's apply), which take over only for
@@ -54,6 +57,7 @@ from grammar_guard.vllm_adapter.failure_reporting import (
 )
 from grammar_guard.vllm_adapter.fill_hook import install_fill_hook
 from grammar_guard.vllm_adapter.metrics_export import install_collector
+from grammar_guard.vllm_adapter.request_models import install_type_check, type_check_installed
 
 if TYPE_CHECKING:
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
@@ -71,6 +75,7 @@ def install() -> None:
         _wrap_method(StructuredOutputManager, "grammar_init", _request_admission)
         _wrap_method(Scheduler, "update_from_output", reporting_update_from_output)
         _wrap_method(AsyncLLM, "generate", raising_generate)
+        install_type_check()
         install_collector()
         install_fill_hook()
         install_apply_hook()
@@ -86,6 +91,7 @@ def installed_patches() -> dict[str, bool]:
         "request_admission": _is_patched(StructuredOutputManager.grammar_init),
         "failure_reasons_engine": _is_patched(Scheduler.update_from_output),
         "failure_reasons_api": _is_patched(AsyncLLM.generate),
+        "structured_outputs_type_check": type_check_installed(),
         "bitmask_apply": apply_hook_installed(),
         "bitmask_fill": _is_patched(StructuredOutputManager.grammar_bitmask),
     }

@@ -1,0 +1,69 @@
+"""Refuse a ``structured_outputs`` that is not an object, before vLLM's own check trips on it.
+
+vLLM 0.32's completion and chat request models count the constraints of
+``structured_outputs`` in a before-validator that calls ``.get`` on it, so a
+request with ``"structured_outputs": "json"`` (or a list, or a number) raises
+``AttributeError``, which pydantic does not turn into a validation error: the
+server answers 500 and drops the connection, whatever the backend. The wrapper
+raises ``ValueError`` first, which pydantic and vLLM turn into a 400 naming
+the field, and otherwise runs vLLM's check unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from vllm.sampling_params import StructuredOutputsParams
+
+# The request models whose before-validator reads ``structured_outputs``.
+REQUEST_MODELS = (
+    ("vllm.entrypoints.openai.completion.protocol", "CompletionRequest"),
+    ("vllm.entrypoints.openai.chat_completion.protocol", "ChatCompletionRequest"),
+)
+VALIDATOR = "check_structured_outputs_count"
+
+
+def request_models() -> list[Any]:
+    return [getattr(importlib.import_module(module), name) for module, name in REQUEST_MODELS]
+
+
+def install_type_check() -> None:
+    from grammar_guard.vllm_adapter.registration import _is_patched, _mark
+
+    for model in request_models():
+        validators = model.__pydantic_decorators__.model_validators
+        validator = validators[VALIDATOR]
+        if _is_patched(validator.func):
+            continue
+        check = _mark(_type_checked(validator.func))
+        validators[VALIDATOR] = dataclasses.replace(
+            validator, func=classmethod(check).__get__(None, model)
+        )
+        # The validation schema was built from the old validator; build it again.
+        model.model_rebuild(force=True)
+
+
+def type_check_installed() -> bool:
+    from grammar_guard.vllm_adapter.registration import _is_patched
+
+    return all(
+        _is_patched(model.__pydantic_decorators__.model_validators[VALIDATOR].func)
+        for model in request_models()
+    )
+
+
+def _type_checked(original: Callable[[Any], Any]) -> Callable[..., Any]:
+    def check_structured_outputs_count(cls: type, data: Any) -> Any:
+        if isinstance(data, dict):
+            value = data.get("structured_outputs")
+            if value is not None and not isinstance(value, dict | StructuredOutputsParams):
+                raise ValueError(
+                    "structured_outputs must be an object such as "
+                    f'{{"json": {{...}}}}, not {type(value).__name__}'
+                )
+        return original(data)
+
+    return check_structured_outputs_count
