@@ -203,6 +203,9 @@ def test_a_grammar_fault_mid_decode_ends_only_its_own_request(
         assert_satisfies(case, completion.text, completion.finish_reason, compact=True)
     poisoned = outputs[-1].outputs[0]
     assert poisoned.finish_reason == "error"
+    # The reason travels with the output: offline users read it there.
+    assert str(poisoned.stop_reason).startswith("grammar-guard:internal: grammar regex"), poisoned
+    assert "grammar failed" in str(poisoned.stop_reason)
     assert len(poisoned.token_ids) <= 1
     monkeypatch.undo()
     again = _generate(llm, [_params({"regex": r"[x-z]{2}"}, seed=3)])[0].outputs[0]
@@ -233,6 +236,9 @@ def test_a_compile_failure_in_the_engine_fails_only_its_own_request(
     good, bad = (output.outputs[0] for output in outputs)
     assert_satisfies(healthy, good.text, good.finish_reason, compact=True)
     assert bad.finish_reason == "error" and bad.text == ""
+    assert bad.stop_reason == (
+        "grammar-guard:invalid: grammar compile failed: MemoryError: simulated compiler crash"
+    )
     # The failure is cached like an invalid grammar: the same request again is
     # refused without a second compile.
     errors_before = grammar_guard.metrics_snapshot()["grammar_guard_compile_errors_total"]
