@@ -33,8 +33,8 @@ class FailureClass(enum.Enum):
     # a retry after the marker's TTL may find it cached. A 4xx, since the
     # request's own schema set the cost; 408, which clients retry.
     TIMEOUT = HTTPStatus.REQUEST_TIMEOUT
-    # The compiler could not run it (shut down, no compile process): not the
-    # request's fault, and another attempt may succeed.
+    # The compiler was shut down under the request (the engine is stopping):
+    # not the request's fault, and another attempt, elsewhere, may succeed.
     UNAVAILABLE = HTTPStatus.SERVICE_UNAVAILABLE
     # The grammar engine failed while decoding: a server fault, named.
     INTERNAL = HTTPStatus.INTERNAL_SERVER_ERROR
