@@ -38,13 +38,26 @@ def test_the_recorded_reason_goes_into_the_failed_requests_output_only() -> None
     FAILURES.record("stopped", FailureClass.INTERNAL, "never delivered")
     step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
 
-    step(None, failed, stopped, running, other_error)
+    step(SimpleNamespace(requests={"running": object()}), failed, stopped, running, other_error)
 
     assert failed.stop_reason == encode(FailureClass.INVALID, "regex allows no output at all")
     assert stopped.stop_reason == 7  # a normal finish keeps its own reason
     assert running.stop_reason is None
     assert other_error.stop_reason is None  # not grammar-guard's failure: vLLM's bare error
     assert FAILURES.take("failed") is None  # handed out once
+
+
+def test_failures_of_requests_the_scheduler_no_longer_holds_are_forgotten() -> None:
+    # "waiting" still waits for its error output; "aborted" went away before it.
+    FAILURES.record("waiting", FailureClass.TIMEOUT, "timed out")
+    FAILURES.record("aborted", FailureClass.TIMEOUT, "timed out")
+    step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
+
+    step(SimpleNamespace(requests={"waiting": object()}))
+
+    assert FAILURES.take("aborted") is None
+    assert FAILURES.take("waiting") == encode(FailureClass.TIMEOUT, "timed out")
+    assert not FAILURES
 
 
 def _request_output(*completions: SimpleNamespace, finished: bool = True) -> SimpleNamespace:

@@ -67,3 +67,12 @@ def test_the_log_forgets_the_oldest_past_its_bound() -> None:
         log.record(request_id, FailureClass.TIMEOUT, request_id)
     assert log.take("a") is None
     assert decode(log.take("c")) == (FailureClass.TIMEOUT, "c")
+
+
+def test_the_log_forgets_requests_that_are_gone() -> None:
+    log = FailureLog()
+    for request_id in ("kept", "gone"):
+        log.record(request_id, FailureClass.INVALID, request_id)
+    log.discard_unless({"kept"}.__contains__)
+    assert log.take("gone") is None
+    assert decode(log.take("kept")) == (FailureClass.INVALID, "kept")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from http import HTTPStatus
 
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError, shorten
@@ -90,3 +91,9 @@ class FailureLog:
     def take(self, request_id: str) -> str | None:
         with self._lock:
             return self._reasons.pop(request_id, None)
+
+    def discard_unless(self, alive: Callable[[str], bool]) -> None:
+        """Forget the failures of requests the host no longer holds (ended some other way)."""
+        with self._lock:
+            for request_id in [key for key in self._reasons if not alive(key)]:
+                del self._reasons[request_id]

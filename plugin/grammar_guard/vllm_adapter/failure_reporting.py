@@ -44,6 +44,10 @@ def reporting_update_from_output(original: Callable[..., Any]) -> Callable[..., 
                 for output in client_outputs.outputs:
                     if output.finish_reason is FinishReason.ERROR and output.stop_reason is None:
                         output.stop_reason = FAILURES.take(output.request_id)
+            # A request aborted while its compile failed never gets an error
+            # output; dropping its entry keeps the log empty, and this loop
+            # off the engine's per-step path, once no failure is pending.
+            FAILURES.discard_unless(self.requests.__contains__)
         return outputs
 
     return update_from_output
