@@ -17,7 +17,8 @@ from vllm.exceptions import (
 )
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 
-from grammar_guard.core.failures import FailureClass, encode
+from grammar_guard.core.failures import FailureClass, FailureLog, encode
+from grammar_guard.vllm_adapter import failure_reporting
 from grammar_guard.vllm_adapter.failure_reporting import (
     FAILURES,
     raising_generate,
@@ -47,17 +48,45 @@ def test_the_recorded_reason_goes_into_the_failed_requests_output_only() -> None
     assert FAILURES.take("failed") is None  # handed out once
 
 
-def test_failures_of_requests_the_scheduler_no_longer_holds_are_forgotten() -> None:
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The engine-core failure log, replaced by one on a clock the test moves."""
+    now = [1000.0]
+    monkeypatch.setattr(failure_reporting, "FAILURES", FailureLog(clock=lambda: now[0]))
+    return now
+
+
+def test_a_failure_recorded_before_the_scheduler_holds_its_request_still_reaches_it(
+    clock: list[float],
+) -> None:
+    # vLLM compiles from the engine core's input thread: a compile can fail
+    # while a step runs, before the main thread adds the request.
+    step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
+    failure_reporting.FAILURES.record("early", FailureClass.INVALID, "allows no output at all")
+    step(SimpleNamespace(requests={}))
+    clock[0] += 1.0
+    failed = EngineCoreOutput("early", [], finish_reason=FinishReason.ERROR)
+
+    step(SimpleNamespace(requests={"early": object()}), failed)
+
+    assert failed.stop_reason == encode(FailureClass.INVALID, "allows no output at all")
+
+
+def test_failures_of_requests_the_scheduler_no_longer_holds_are_forgotten(
+    clock: list[float],
+) -> None:
     # "waiting" still waits for its error output; "aborted" went away before it.
-    FAILURES.record("waiting", FailureClass.TIMEOUT, "timed out")
-    FAILURES.record("aborted", FailureClass.TIMEOUT, "timed out")
+    failures = failure_reporting.FAILURES
+    failures.record("waiting", FailureClass.TIMEOUT, "timed out")
+    failures.record("aborted", FailureClass.TIMEOUT, "timed out")
+    clock[0] += failure_reporting.STRAY_AFTER_S
     step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
 
     step(SimpleNamespace(requests={"waiting": object()}))
 
-    assert FAILURES.take("aborted") is None
-    assert FAILURES.take("waiting") == encode(FailureClass.TIMEOUT, "timed out")
-    assert not FAILURES
+    assert failures.take("aborted") is None
+    assert failures.take("waiting") == encode(FailureClass.TIMEOUT, "timed out")
+    assert not failures
 
 
 def _request_output(*completions: SimpleNamespace, finished: bool = True) -> SimpleNamespace:

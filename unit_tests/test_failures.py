@@ -69,10 +69,18 @@ def test_the_log_forgets_the_oldest_past_its_bound() -> None:
     assert decode(log.take("c")) == (FailureClass.TIMEOUT, "c")
 
 
-def test_the_log_forgets_requests_that_are_gone() -> None:
-    log = FailureLog()
-    for request_id in ("kept", "gone"):
+def test_the_log_forgets_requests_that_are_gone_once_their_grace_has_passed() -> None:
+    now = [100.0]
+    log = FailureLog(clock=lambda: now[0])
+    for request_id in ("kept", "gone", "on-its-way"):
         log.record(request_id, FailureClass.INVALID, request_id)
-    log.discard_unless({"kept"}.__contains__)
+    now[0] += 30.0
+    log.record("late", FailureClass.INVALID, "late")  # recorded after the others
+    now[0] += 30.0
+
+    log.discard_unless({"kept"}.__contains__, older_than_s=60.0)
+
     assert log.take("gone") is None
+    assert log.take("on-its-way") is None
+    assert decode(log.take("late")) == (FailureClass.INVALID, "late")  # 30 s old: may arrive
     assert decode(log.take("kept")) == (FailureClass.INVALID, "kept")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from http import HTTPStatus
@@ -68,10 +69,16 @@ def decode(text: object) -> tuple[FailureClass, str] | None:
 class FailureLog:
     """Encoded failures by request id, until the host's output for that request takes them."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._max_entries = max_entries
+        self._clock = clock
         self._lock = threading.Lock()
-        self._reasons: OrderedDict[str, str] = OrderedDict()
+        # request id -> (encoded reason, when it was recorded)
+        self._reasons: OrderedDict[str, tuple[str, float]] = OrderedDict()
 
     def __bool__(self) -> bool:
         # Read without the lock on the host's hot path: a stale answer only
@@ -84,16 +91,28 @@ class FailureLog:
     def record(self, request_id: str, failure: FailureClass, message: str) -> None:
         with self._lock:
             # The first failure is the cause; later ones are its consequences.
-            self._reasons.setdefault(request_id, encode(failure, message))
+            self._reasons.setdefault(request_id, (encode(failure, message), self._clock()))
             while len(self._reasons) > self._max_entries:
                 self._reasons.popitem(last=False)
 
     def take(self, request_id: str) -> str | None:
         with self._lock:
-            return self._reasons.pop(request_id, None)
+            entry = self._reasons.pop(request_id, None)
+        return None if entry is None else entry[0]
 
-    def discard_unless(self, alive: Callable[[str], bool]) -> None:
-        """Forget the failures of requests the host no longer holds (ended some other way)."""
+    def discard_unless(self, alive: Callable[[str], bool], *, older_than_s: float) -> None:
+        """Forget the failures of requests the host does not hold, once ``older_than_s`` old.
+
+        The age rule exists because a host may start a request's compile
+        before it holds the request (vLLM compiles from its input thread): a
+        failure that young belongs to a request still on its way in.
+        """
+        cutoff = self._clock() - older_than_s
         with self._lock:
-            for request_id in [key for key in self._reasons if not alive(key)]:
+            stray = [
+                request_id
+                for request_id, (_, recorded_at) in self._reasons.items()
+                if recorded_at <= cutoff and not alive(request_id)
+            ]
+            for request_id in stray:
                 del self._reasons[request_id]

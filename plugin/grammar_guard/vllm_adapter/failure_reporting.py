@@ -34,6 +34,11 @@ from grammar_guard.core.failures import FailureClass, FailureLog, decode
 
 # One per engine-core process: the backend records, the scheduler wrapper takes.
 FAILURES = FailureLog()
+# vLLM starts a request's compile in the engine core's input thread, before
+# the main thread hands the request to the scheduler: a failure recorded for
+# a request the scheduler does not hold yet may still get its error output.
+# One engine step is the usual gap; a minute leaves room for a stalled one.
+STRAY_AFTER_S = 60.0
 
 
 def reporting_update_from_output(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -47,7 +52,7 @@ def reporting_update_from_output(original: Callable[..., Any]) -> Callable[..., 
             # A request aborted while its compile failed never gets an error
             # output; dropping its entry keeps the log empty, and this loop
             # off the engine's per-step path, once no failure is pending.
-            FAILURES.discard_unless(self.requests.__contains__)
+            FAILURES.discard_unless(self.requests.__contains__, older_than_s=STRAY_AFTER_S)
         return outputs
 
     return update_from_output
