@@ -1,0 +1,374 @@
+"""The llguidance implementation of :mod:`grammar_guard.core.engine`.
+
+This is the only module that touches llguidance types. llguidance builds its
+lexer lazily, so a "compile" is cheap (milliseconds where xgrammar may take
+seconds); what is cached is a matcher at the start of the grammar, which each
+request deep-copies. The JSON-Schema compiler is strict: a keyword it does
+not implement, or a ``format`` it does not know, is an error, never a
+silently dropped constraint; only the warn policy makes it lenient.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import re
+from collections.abc import Callable, Collection, Sequence
+from copy import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import llguidance
+import llguidance.torch as llguidance_torch
+
+from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.schema_analysis import Finding
+from grammar_guard.core.settings import UnenforcedPolicy
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_engine import grammar_is_lark
+
+if TYPE_CHECKING:
+    import torch
+
+    from grammar_guard.core.engine import TokenMatcher
+
+# How llguidance's strict JSON compiler names what it would not enforce.
+_UNIMPLEMENTED_KEYS = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+# llguidance logs grammar warnings itself at level 1; the reasons reach the
+# client through our errors instead.
+_SILENT = 0
+# Bytes per character of grammar text: a rough stand-in for the parsed
+# grammar a matcher holds, which llguidance does not report. The lexer
+# states it builds while decoding are bounded by its own limits instead.
+_BYTES_PER_GRAMMAR_CHAR = 8
+
+
+class EngineDoesNotSupport(InvalidGrammarError):
+    """This engine cannot take this kind of request at all (another engine may)."""
+
+
+@dataclass(frozen=True)
+class LLGuidanceCompiled:
+    grammar: str
+    # A matcher at the start of the grammar; requests get deep copies.
+    start: llguidance.LLMatcher
+
+    @property
+    def memory_bytes(self) -> int:
+        return len(self.grammar) * _BYTES_PER_GRAMMAR_CHAR
+
+
+class LLGuidanceMatcher:
+    """One request's matcher, with the request's own stop tokens.
+
+    llguidance knows only its tokenizer's end-of-sequence tokens; a request
+    may stop on others (vLLM passes them per request), so those are allowed
+    wherever the grammar may end, and accepting one ends the match.
+    """
+
+    __slots__ = ("_eos_ids", "_matcher", "_stop_ids", "_stopped_by_request_token")
+
+    def __init__(
+        self,
+        matcher: llguidance.LLMatcher,
+        *,
+        stop_ids: frozenset[int],
+        eos_ids: frozenset[int],
+    ) -> None:
+        self._matcher = matcher
+        self._stop_ids = stop_ids
+        self._eos_ids = eos_ids
+        self._stopped_by_request_token = False
+
+    def accept_token(self, token_id: int) -> bool:
+        if self._stopped_by_request_token or self._matcher.is_error():
+            return False
+        if token_id in self._stop_ids and token_id not in self._eos_ids:
+            # A stop token llguidance does not know: allowed only where the grammar may end.
+            if not self._matcher.is_accepting():
+                return False
+            self._stopped_by_request_token = True
+            return True
+        if token_id in self._eos_ids and self._stop_ids and token_id not in self._stop_ids:
+            return False  # the request replaced the tokenizer's stop tokens
+        return bool(self._matcher.consume_token(token_id))
+
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens <= 0:
+            return
+        if self._stopped_by_request_token:
+            self._stopped_by_request_token = False
+            num_tokens -= 1
+        if num_tokens and not self._matcher.rollback(num_tokens):
+            raise RuntimeError(f"llguidance could not roll back: {self._matcher.get_error()}")
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        llguidance_torch.fill_next_token_bitmask(self._matcher, bitmask, row)
+        self._fix_stop_bits(bitmask, row)
+
+    def is_terminated(self) -> bool:
+        return self._stopped_by_request_token or bool(self._matcher.is_stopped())
+
+    def reset(self) -> None:
+        self._stopped_by_request_token = False
+        self._matcher.reset()
+
+    @property
+    def error(self) -> str:
+        return str(self._matcher.get_error())
+
+    def _fix_stop_bits(self, bitmask: torch.Tensor, row: int) -> None:
+        if not self._stop_ids or self._stop_ids == self._eos_ids:
+            return
+        may_end = bool(self._matcher.is_accepting()) and not self._matcher.is_error()
+        for token_id in self._eos_ids - self._stop_ids:
+            _set_bit(bitmask, row, token_id, False)
+        for token_id in self._stop_ids:
+            _set_bit(bitmask, row, token_id, may_end)
+
+    @staticmethod
+    def fill_batch(
+        matchers: Sequence[TokenMatcher],
+        bitmask: torch.Tensor,
+        rows: Sequence[int],
+        *,
+        threads: int,
+    ) -> None:
+        own = [m for m in matchers if isinstance(m, LLGuidanceMatcher)]
+        if len(own) != len(matchers):
+            raise TypeError("llguidance can only batch-fill its own matchers")
+        llguidance_torch.fill_next_token_bitmask_par(
+            _executor(threads),
+            [(m._matcher, row) for m, row in zip(own, rows, strict=True)],
+            bitmask,
+        )
+        for matcher, row in zip(own, rows, strict=True):
+            matcher._fix_stop_bits(bitmask, row)
+
+
+def _set_bit(bitmask: torch.Tensor, row: int, token_id: int, allowed: bool) -> None:
+    word, bit = divmod(token_id, 32)
+    if word >= bitmask.shape[1]:
+        return
+    value = int(bitmask[row, word]) & 0xFFFFFFFF
+    value = value | (1 << bit) if allowed else value & ~(1 << bit)
+    bitmask[row, word] = value - (1 << 32) if value >= 1 << 31 else value
+
+
+@functools.cache
+def _executor(threads: int) -> llguidance.LLExecutor:
+    return llguidance.LLExecutor(num_threads=threads)
+
+
+@dataclass(frozen=True)
+class LLGuidanceRecipe:
+    """An :class:`LLGuidanceEngine` as picklable data, for compile processes."""
+
+    tokenizer_json: str
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+
+    def build(self) -> LLGuidanceEngine:
+        tokenizer = llguidance.LLTokenizer(
+            self.tokenizer_json, n_vocab=self.vocab_size, eos_token=list(self.eos_token_ids)
+        )
+        return LLGuidanceEngine(tokenizer, recipe=self, unenforced=self.unenforced)
+
+
+class LLGuidanceEngine:
+    def __init__(
+        self,
+        tokenizer: llguidance.LLTokenizer,
+        *,
+        recipe: LLGuidanceRecipe | None = None,
+        unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._recipe = recipe
+        self._unenforced = unenforced
+
+    @classmethod
+    def for_hf_tokenizer(
+        cls,
+        tokenizer: Any,
+        vocab_size: int,
+        *,
+        unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+    ) -> LLGuidanceEngine:
+        """For a fast Hugging Face tokenizer, the only kind llguidance reads."""
+        backend = copy(tokenizer.backend_tokenizer)  # a copy: padding settings are shared
+        backend.no_padding()
+        backend.no_truncation()
+        eos = tokenizer.eos_token_id
+        recipe = LLGuidanceRecipe(
+            backend.to_str(),
+            max(vocab_size, len(tokenizer)),
+            () if eos is None else (int(eos),),
+            unenforced,
+        )
+        return recipe.build()
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tokenizer.vocab_size)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(self._identity.encode())
+        digest.update(importlib.metadata.version("llguidance").encode())
+        digest.update(self._unenforced.value.encode())
+        return "llguidance-" + digest.hexdigest()[:32]
+
+    @functools.cached_property
+    def _identity(self) -> str:
+        if self._recipe is not None:
+            return f"{self._recipe.tokenizer_json}\n{self._recipe.vocab_size}"
+        # A tokenizer built in place (tests, raw vocabularies): its tokens are its identity.
+        tokens = [self._tokenizer.decode_bytes([t]) for t in range(self.vocab_size)]
+        return json.dumps([token.hex() for token in tokens])
+
+    def recipe(self) -> LLGuidanceRecipe:
+        if self._recipe is None:
+            raise TypeError("this llguidance engine was built from a tokenizer object")
+        return self._recipe
+
+    def serialize(self, compiled: LLGuidanceCompiled) -> bytes:  # type: ignore[override]
+        return compiled.grammar.encode()
+
+    def deserialize(self, data: bytes) -> LLGuidanceCompiled:
+        try:
+            grammar = data.decode()
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not an llguidance grammar: {exc}") from exc
+        try:
+            return self._start(grammar, "stored grammar")
+        except InvalidGrammarError as exc:
+            raise ValueError(f"not a grammar for this engine: {exc.reason}") from exc
+
+    @staticmethod
+    def check(
+        spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+    ) -> tuple[Finding, ...]:
+        """Parse ``spec`` without a tokenizer; raise :class:`InvalidGrammarError` if invalid."""
+        return _validated(spec, unenforced)[1]
+
+    def compile(self, spec: GrammarSpec) -> LLGuidanceCompiled:
+        grammar, _ = _validated(spec, self._unenforced)
+        compiled = self._start(grammar, spec.kind.value)
+        if not self._allows_a_first_token(compiled):
+            raise InvalidGrammarError(
+                f"{spec.kind.value} allows no output at all: it is unsatisfiable, "
+                "or needs characters no token of this model can write"
+            )
+        return compiled
+
+    def new_matcher(
+        self,
+        compiled: LLGuidanceCompiled,  # type: ignore[override]
+        *,
+        stop_token_ids: Collection[int] | None,
+        max_rollback_tokens: int,  # llguidance keeps its whole history
+    ) -> LLGuidanceMatcher:
+        return LLGuidanceMatcher(
+            compiled.start.deep_copy(),
+            stop_ids=frozenset(stop_token_ids or ()),
+            eos_ids=frozenset(self._tokenizer.eos_tokens),
+        )
+
+    def _start(self, grammar: str, what: str) -> LLGuidanceCompiled:
+        matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=_SILENT)
+        if matcher.is_error():
+            raise InvalidGrammarError(f"{what} failed to compile: {matcher.get_error()}")
+        return LLGuidanceCompiled(grammar, matcher)
+
+    def _allows_a_first_token(self, compiled: LLGuidanceCompiled) -> bool:
+        matcher = compiled.start.deep_copy()
+        if matcher.is_stopped():
+            return True
+        bitmask = llguidance_torch.allocate_token_bitmask(1, self.vocab_size)
+        llguidance_torch.fill_next_token_bitmask(matcher, bitmask, 0)
+        return bool(bitmask.any()) and not matcher.is_error()
+
+
+def _validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
+    """The grammar llguidance compiles for ``spec``, and what it leaves unenforced."""
+    grammar = _grammar(spec, lenient=False)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if not is_error:
+        return grammar, ()
+    reason = messages[0] if messages else "invalid grammar"
+    findings = _unenforced_findings(reason)
+    if not findings:
+        raise InvalidGrammarError(f"invalid {spec.kind.value}: {reason}")
+    if unenforced is UnenforcedPolicy.REFUSE:
+        raise UnenforcedKeywordError(spec.kind.value, findings)
+    grammar = _grammar(spec, lenient=True)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise InvalidGrammarError(f"invalid {spec.kind.value}: {messages[0]}")
+    return grammar, findings
+
+
+def _unenforced_findings(reason: str) -> tuple[Finding, ...]:
+    # llguidance names the keywords but not where they are.
+    keys = _UNIMPLEMENTED_KEYS.search(reason)
+    if keys:
+        names = json.loads(f"[{keys.group(1)}]")
+        return tuple(
+            Finding(str(name), "", reason="llguidance does not implement it") for name in names
+        )
+    unknown = _UNKNOWN_FORMAT.search(reason)
+    if unknown:
+        return (Finding("format", "", unknown.group(1), "llguidance does not know this format"),)
+    return ()
+
+
+def _grammar(spec: GrammarSpec, *, lenient: bool) -> str:
+    try:
+        return _BUILDERS[spec.kind](spec, lenient)
+    except InvalidGrammarError:
+        raise
+    except Exception as exc:  # the converters raise ValueError and friends
+        raise InvalidGrammarError(f"invalid {spec.kind.value}: {exc}") from exc
+
+
+def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
+    options: dict[str, Any] = {
+        "whitespace_flexible": spec.options.any_whitespace,
+        "item_separator": ",",
+        "key_separator": ":",
+        "lenient": lenient,
+    }
+    return str(llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=options))
+
+
+def _regex(regex: str) -> str:
+    # ASCII \d and \w, as xgrammar reads them: a request means the same
+    # whichever engine serves it.
+    return str(
+        llguidance.LLMatcher.grammar_from_lark(f"start: /{llguidance.regex_to_lark(regex, 'dw')}/")
+    )
+
+
+def _lark_or_gbnf(spec: GrammarSpec, lenient: bool) -> str:
+    kind = "lark" if grammar_is_lark(spec.text) else "gbnf"
+    return llguidance.grammar_from(kind, spec.text)
+
+
+def _not_supported(spec: GrammarSpec, lenient: bool) -> str:
+    raise EngineDoesNotSupport(f"llguidance does not take {spec.kind.value} requests here")
+
+
+_BUILDERS: dict[RequestKind, Callable[[GrammarSpec, bool], str]] = {
+    RequestKind.JSON_SCHEMA: lambda spec, lenient: _json_schema(spec.text, spec, lenient),
+    RequestKind.JSON_OBJECT: lambda spec, lenient: _json_schema('{"type":"object"}', spec, lenient),
+    RequestKind.REGEX: lambda spec, lenient: _regex(spec.text),
+    RequestKind.CHOICE: lambda spec, lenient: llguidance.grammar_from("choice", spec.text),
+    RequestKind.GRAMMAR: _lark_or_gbnf,
+    # Structural tags stay with xgrammar, which implements vLLM's whole format.
+    RequestKind.STRUCTURAL_TAG: _not_supported,
+}
