@@ -8,17 +8,16 @@ import pytest
 import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
+from grammar_guard.core.bitmask_fill import fill_by_engine
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import EngineDoesNotSupport, LLGuidanceEngine
 from grammar_guard.core.routing import (
     EngineName,
-    EngineSelection,
     RoutedEngine,
-    fill_by_engine,
     route,
     slow_for_xgrammar,
 )
-from grammar_guard.core.settings import UnenforcedPolicy
+from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 
 PLAIN = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

@@ -60,6 +60,10 @@ class LLGuidanceCompiled:
     def memory_bytes(self) -> int:
         return len(self.grammar) * _BYTES_PER_GRAMMAR_CHAR
 
+    @property
+    def engine_name(self) -> str:
+        return "llguidance"
+
 
 class LLGuidanceMatcher:
     """One request's matcher, with the request's own stop tokens.
@@ -173,23 +177,39 @@ class LLGuidanceRecipe:
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
 
     def build(self) -> LLGuidanceEngine:
-        tokenizer = llguidance.LLTokenizer(
+        # The tokenizer (about 1.5 s and tens of MiB for a 129k vocabulary) is
+        # built on first use: a compile process that routing never sends an
+        # llguidance compile to never pays for it.
+        return LLGuidanceEngine(recipe=self, unenforced=self.unenforced)
+
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        return llguidance.LLTokenizer(
             self.tokenizer_json, n_vocab=self.vocab_size, eos_token=list(self.eos_token_ids)
         )
-        return LLGuidanceEngine(tokenizer, recipe=self, unenforced=self.unenforced)
 
 
 class LLGuidanceEngine:
+    """Built from a tokenizer object (tests, special vocabularies) or from a recipe."""
+
     def __init__(
         self,
-        tokenizer: llguidance.LLTokenizer,
+        tokenizer: llguidance.LLTokenizer | None = None,
         *,
         recipe: LLGuidanceRecipe | None = None,
         unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
     ) -> None:
-        self._tokenizer = tokenizer
+        if tokenizer is None and recipe is None:
+            raise TypeError("an llguidance engine needs a tokenizer or a recipe")
+        self._given_tokenizer = tokenizer
         self._recipe = recipe
         self._unenforced = unenforced
+
+    @functools.cached_property
+    def _tokenizer(self) -> llguidance.LLTokenizer:
+        if self._given_tokenizer is not None:
+            return self._given_tokenizer
+        assert self._recipe is not None
+        return self._recipe.tokenizer()
 
     @classmethod
     def for_hf_tokenizer(
@@ -197,23 +217,37 @@ class LLGuidanceEngine:
         tokenizer: Any,
         vocab_size: int,
         *,
+        stop_token_ids: Sequence[int],
         unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
     ) -> LLGuidanceEngine:
-        """For a fast Hugging Face tokenizer, the only kind llguidance reads."""
+        """For a fast Hugging Face tokenizer, the only kind llguidance reads.
+
+        ``stop_token_ids`` end a grammar's output when a request names none of
+        its own; given, not read from the tokenizer, so that both engines stop
+        on the same tokens (a bare tokenizer file often names no EOS at all).
+        """
         backend = copy(tokenizer.backend_tokenizer)  # a copy: padding settings are shared
         backend.no_padding()
         backend.no_truncation()
-        eos = tokenizer.eos_token_id
         recipe = LLGuidanceRecipe(
             backend.to_str(),
             max(vocab_size, len(tokenizer)),
-            () if eos is None else (int(eos),),
+            tuple(int(token) for token in stop_token_ids),
             unenforced,
         )
-        return recipe.build()
+        engine = recipe.build()
+        # Built now, in the process that serves: a tokenizer llguidance cannot
+        # read fails the start-up, not the first request routed to it.
+        engine.load_tokenizer()
+        return engine
+
+    def load_tokenizer(self) -> None:
+        _ = self._tokenizer
 
     @property
     def vocab_size(self) -> int:
+        if self._recipe is not None:
+            return self._recipe.vocab_size
         return int(self._tokenizer.vocab_size)
 
     @functools.cached_property

@@ -22,19 +22,17 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
-from grammar_guard.core.settings import UnenforcedPolicy
+from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
 
 if TYPE_CHECKING:
-    import torch
-
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
     from grammar_guard.core.schema_analysis import Finding
 
@@ -47,6 +45,7 @@ if TYPE_CHECKING:
 SLOW_STRING_LENGTH = 8
 SLOW_REPEAT_COUNT = 64
 _STRING_BOUNDS = ("maxLength", "minLength")
+_REMEMBERED_ROUTES = 1024
 # How llguidance says it proved a schema allows nothing.
 _UNSATISFIABLE = "Unsatisfiable schema"
 # {n}, {n,} and {n,m} in a regex or a pattern.
@@ -56,18 +55,6 @@ _REGEX_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 class EngineName(enum.Enum):
     XGRAMMAR = "xgrammar"
     LLGUIDANCE = "llguidance"
-
-
-class EngineSelection(enum.Enum):
-    """``GRAMMAR_GUARD_ENGINE``: route each key, or force one engine for all."""
-
-    AUTO = "auto"
-    XGRAMMAR = "xgrammar"
-    LLGUIDANCE = "llguidance"
-
-    @property
-    def forced(self) -> EngineName | None:
-        return None if self is EngineSelection.AUTO else EngineName(self.value)
 
 
 @dataclass(frozen=True)
@@ -87,9 +74,9 @@ def route(
 
     Needs no tokenizer: cheap enough for an API server's request path.
     """
-    forced = selection.forced
-    if forced is not None:
-        return Route(forced, _CHECKS[forced](spec, unenforced=unenforced))
+    if selection is not EngineSelection.AUTO:
+        forced = EngineName(selection.value)
+        return _check(forced, spec, unenforced)
     order = (
         (EngineName.LLGUIDANCE, EngineName.XGRAMMAR)
         if slow_for_xgrammar(spec)
@@ -100,14 +87,14 @@ def route(
         try:
             # Strict first: an engine that drops a constraint is no candidate
             # while another enforces it.
-            return Route(engine, _CHECKS[engine](spec, unenforced=UnenforcedPolicy.REFUSE))
+            return _check(engine, spec, UnenforcedPolicy.REFUSE)
         except InvalidGrammarError as exc:
             refusals[engine] = exc
     if unenforced is UnenforcedPolicy.WARN:
         # Neither enforces all of it: xgrammar serves what it can, as before routing.
         for engine in (EngineName.XGRAMMAR, EngineName.LLGUIDANCE):
             try:
-                return Route(engine, _CHECKS[engine](spec, unenforced=unenforced))
+                return _check(engine, spec, unenforced)
             except InvalidGrammarError as exc:
                 refusals[engine] = exc
     raise _clearest(refusals)
@@ -127,10 +114,14 @@ def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammar
     return llguidance
 
 
-_CHECKS = {
-    EngineName.XGRAMMAR: XGrammarEngine.check,
-    EngineName.LLGUIDANCE: LLGuidanceEngine.check,
+_ENGINE_TYPES: dict[EngineName, type[XGrammarEngine] | type[LLGuidanceEngine]] = {
+    EngineName.XGRAMMAR: XGrammarEngine,
+    EngineName.LLGUIDANCE: LLGuidanceEngine,
 }
+
+
+def _check(engine: EngineName, spec: GrammarSpec, unenforced: UnenforcedPolicy) -> Route:
+    return Route(engine, _ENGINE_TYPES[engine].check(spec, unenforced=unenforced))
 
 
 def slow_for_xgrammar(spec: GrammarSpec) -> bool:
@@ -177,6 +168,10 @@ class RoutedCompiled:
     @property
     def memory_bytes(self) -> int:
         return self.inner.memory_bytes
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine.value
 
 
 @dataclass(frozen=True)
@@ -241,7 +236,29 @@ class RoutedEngine:
         return RoutedRecipe(xgrammar, llguidance, self._selection)
 
     def route(self, spec: GrammarSpec) -> Route:
-        return route(spec, unenforced=self._unenforced, selection=self._selection)
+        return self._routes(spec)
+
+    @functools.cached_property
+    def _routes(self) -> Callable[[GrammarSpec], Route]:
+        # Asked twice per compile (where, then which engine) and parsing is
+        # not free; a route is a pure function of the spec.
+        @functools.lru_cache(maxsize=_REMEMBERED_ROUTES)
+        def routes(spec: GrammarSpec) -> Route:
+            return route(spec, unenforced=self._unenforced, selection=self._selection)
+
+        return routes
+
+    def compiles_quickly(self, spec: GrammarSpec) -> bool:
+        """Whether ``spec`` goes to llguidance, whose compiles take milliseconds.
+
+        llguidance bounds its own work (lexer fuel, grammar size), so such a
+        compile needs no process to be killed in; a spec that is refused
+        compiles nowhere and is quick too.
+        """
+        try:
+            return self.route(spec).engine is EngineName.LLGUIDANCE
+        except InvalidGrammarError:
+            return True
 
     def check(
         self, spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
@@ -276,20 +293,3 @@ class RoutedEngine:
         if not separator:
             raise ValueError("not a routed grammar: no payload")
         return RoutedCompiled(engine, self._engines[engine].deserialize(inner))
-
-
-def fill_by_engine(
-    matchers: Sequence[TokenMatcher],
-    bitmask: torch.Tensor,
-    rows: Sequence[int],
-    *,
-    threads: int,
-) -> None:
-    """Batch-fill a mixed batch: one batch call per engine, each over its own matchers."""
-    groups: dict[type, tuple[list[TokenMatcher], list[int]]] = {}
-    for matcher, row in zip(matchers, rows, strict=True):
-        group = groups.setdefault(type(matcher), ([], []))
-        group[0].append(matcher)
-        group[1].append(row)
-    for group_matchers, group_rows in groups.values():
-        group_matchers[0].fill_batch(group_matchers, bitmask, group_rows, threads=threads)
