@@ -220,3 +220,16 @@ def test_the_fingerprint_names_the_policy_and_the_vocabulary(
     warn = LLGuidanceEngine(tokenizer, unenforced=UnenforcedPolicy.WARN)
     assert warn.fingerprint != small_llguidance.fingerprint
     assert LLGuidanceEngine(tokenizer).fingerprint == small_llguidance.fingerprint
+
+
+def test_a_complete_output_is_terminated_only_by_its_stop_token(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    # vLLM stops masking a terminated grammar: terminating as soon as
+    # nothing but the stop token may follow would let the model run on.
+    matcher = _matcher(small_llguidance, _spec(RequestKind.CHOICE, ["yes"]))
+    assert matcher.accept_token(VOCAB.index("yes"))
+    assert not matcher.is_terminated()
+    assert _allowed(matcher, EOS) and not _allowed(matcher, "y")
+    assert matcher.accept_token(VOCAB.index(EOS)) and matcher.is_terminated()
+    assert not matcher.accept_token(VOCAB.index("y"))

@@ -66,14 +66,16 @@ class LLGuidanceCompiled:
 
 
 class LLGuidanceMatcher:
-    """One request's matcher, with the request's own stop tokens.
+    """One request's matcher, ending the way vLLM expects a grammar to end.
 
-    llguidance knows only its tokenizer's end-of-sequence tokens; a request
-    may stop on others (vLLM passes them per request), so those are allowed
-    wherever the grammar may end, and accepting one ends the match.
+    The stop token is never fed to llguidance: it is the matcher's own
+    decision, so that (as with xgrammar) the grammar is terminated only once
+    a stop token was accepted, not as soon as llguidance sees its grammar
+    complete, and so that a request's own stop tokens (vLLM passes them per
+    request; llguidance knows only its tokenizer's) work alike.
     """
 
-    __slots__ = ("_eos_ids", "_matcher", "_stop_ids", "_stopped_by_request_token")
+    __slots__ = ("_ended", "_ends", "_eos_ids", "_matcher")
 
     def __init__(
         self,
@@ -83,28 +85,28 @@ class LLGuidanceMatcher:
         eos_ids: frozenset[int],
     ) -> None:
         self._matcher = matcher
-        self._stop_ids = stop_ids
+        # The tokens that end this request's output.
+        self._ends = stop_ids or eos_ids
         self._eos_ids = eos_ids
-        self._stopped_by_request_token = False
+        self._ended = False
 
     def accept_token(self, token_id: int) -> bool:
-        if self._stopped_by_request_token or self._matcher.is_error():
+        if self._ended:
             return False
-        if token_id in self._stop_ids and token_id not in self._eos_ids:
-            # A stop token llguidance does not know: allowed only where the grammar may end.
-            if not self._matcher.is_accepting():
+        if token_id in self._ends:
+            if not self._may_end():
                 return False
-            self._stopped_by_request_token = True
+            self._ended = True
             return True
-        if token_id in self._eos_ids and self._stop_ids and token_id not in self._stop_ids:
+        if token_id in self._eos_ids:
             return False  # the request replaced the tokenizer's stop tokens
         return bool(self._matcher.consume_token(token_id))
 
     def rollback(self, num_tokens: int) -> None:
         if num_tokens <= 0:
             return
-        if self._stopped_by_request_token:
-            self._stopped_by_request_token = False
+        if self._ended:
+            self._ended = False
             num_tokens -= 1
         if num_tokens and not self._matcher.rollback(num_tokens):
             raise RuntimeError(f"llguidance could not roll back: {self._matcher.get_error()}")
@@ -114,23 +116,29 @@ class LLGuidanceMatcher:
         self._fix_stop_bits(bitmask, row)
 
     def is_terminated(self) -> bool:
-        return self._stopped_by_request_token or bool(self._matcher.is_stopped())
+        return self._ended
 
     def reset(self) -> None:
-        self._stopped_by_request_token = False
+        self._ended = False
         self._matcher.reset()
 
     @property
     def error(self) -> str:
         return str(self._matcher.get_error())
 
+    def _may_end(self) -> bool:
+        matcher = self._matcher
+        return not matcher.is_error() and bool(matcher.is_accepting() or matcher.is_stopped())
+
     def _fix_stop_bits(self, bitmask: torch.Tensor, row: int) -> None:
-        if not self._stop_ids or self._stop_ids == self._eos_ids:
+        # llguidance allows its own EOS exactly where the grammar may end;
+        # only a request with other stop tokens needs its row changed.
+        if self._ends == self._eos_ids:
             return
-        may_end = bool(self._matcher.is_accepting()) and not self._matcher.is_error()
-        for token_id in self._eos_ids - self._stop_ids:
+        may_end = self._may_end()
+        for token_id in self._eos_ids - self._ends:
             _set_bit(bitmask, row, token_id, False)
-        for token_id in self._stop_ids:
+        for token_id in self._ends:
             _set_bit(bitmask, row, token_id, may_end)
 
     @staticmethod
