@@ -233,3 +233,29 @@ def test_a_complete_output_is_terminated_only_by_its_stop_token(
     assert _allowed(matcher, EOS) and not _allowed(matcher, "y")
     assert matcher.accept_token(VOCAB.index(EOS)) and matcher.is_terminated()
     assert not matcher.accept_token(VOCAB.index("y"))
+
+
+@pytest.mark.parametrize(
+    ("schema", "text", "accepted"),
+    [
+        # objects and tuples are closed, as xgrammar closes them
+        (OBJECT, '{"a":1,"b":2}', False),
+        ({"type": "array", "prefixItems": [{"type": "integer"}]}, "[1,2]", False),
+        ({"type": "array", "prefixItems": [{"type": "integer"}]}, "[1]", True),
+        # unless the schema opens them itself
+        ({**OBJECT, "additionalProperties": True}, '{"a":1,"b":2}', True),
+        ({"type": "object"}, '{"z":[1]}', True),
+        # nested objects too
+        ({"type": "array", "items": OBJECT}, '[{"a":1,"b":2}]', False),
+        # an allOf's members stay open, or the properties one adds would be forbidden
+        (
+            {"allOf": [OBJECT, {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
+            '{"a":1,"b":2}',
+            True,
+        ),
+    ],
+)
+def test_json_objects_are_closed_where_xgrammar_closes_them(
+    small_llguidance: LLGuidanceEngine, schema: dict[str, Any], text: str, accepted: bool
+) -> None:
+    assert _matches(small_llguidance, _spec(RequestKind.JSON_SCHEMA, schema), text) is accepted

@@ -379,13 +379,71 @@ def _grammar(spec: GrammarSpec, *, lenient: bool) -> str:
 
 
 def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
+    closed = json.dumps(closed_like_xgrammar(json.loads(schema)))
     options: dict[str, Any] = {
         "whitespace_flexible": spec.options.any_whitespace,
         "item_separator": ",",
         "key_separator": ":",
         "lenient": lenient,
     }
-    return str(llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=options))
+    return str(llguidance.LLMatcher.grammar_from_json_schema(closed, overrides=options))
+
+
+def closed_like_xgrammar(schema: Any) -> Any:
+    """``schema`` with objects and tuples closed where xgrammar's strict mode closes them.
+
+    xgrammar (as grammar-guard runs it) allows no property beyond those an
+    object schema lists, and no item beyond a tuple's ``prefixItems``, unless
+    the schema says otherwise; llguidance follows JSON Schema and allows
+    them. Closed the same way, a request gets the same output language
+    whichever engine serves it, and a weak model cannot pad an object with
+    invented keys. The members of an ``allOf``, and a schema next to one,
+    are left open: closing them would forbid the properties the other
+    members add.
+    """
+    return _closed(schema, in_all_of=False)
+
+
+def _closed(node: Any, *, in_all_of: bool) -> Any:
+    if not isinstance(node, dict):
+        return node
+    result = {key: _closed_child(key, value) for key, value in node.items()}
+    if not in_all_of and "allOf" not in node:
+        if "properties" in node and not _OPENING_OBJECT_KEYWORDS & node.keys():
+            result["additionalProperties"] = False
+        if "prefixItems" in node and not _OPENING_ARRAY_KEYWORDS & node.keys():
+            result["items"] = False
+    return result
+
+
+def _closed_child(keyword: str, value: Any) -> Any:
+    if keyword in _SCHEMA_MAPS and isinstance(value, dict):
+        return {name: _closed(item, in_all_of=False) for name, item in value.items()}
+    if keyword in _SCHEMA_LISTS and isinstance(value, list):
+        in_all_of = keyword == "allOf"
+        return [_closed(item, in_all_of=in_all_of) for item in value]
+    if keyword in _SCHEMA_VALUES:
+        return _closed(value, in_all_of=False)
+    return value  # a value (enum, const, default...), not a schema
+
+
+_OPENING_OBJECT_KEYWORDS = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
+_OPENING_ARRAY_KEYWORDS = {"items", "additionalItems", "unevaluatedItems"}
+_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+_SCHEMA_LISTS = {"prefixItems", "anyOf", "oneOf", "allOf"}
+_SCHEMA_VALUES = {
+    "additionalProperties",
+    "unevaluatedProperties",
+    "items",
+    "additionalItems",
+    "unevaluatedItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+}
 
 
 def _regex(regex: str) -> str:
