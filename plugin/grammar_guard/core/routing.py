@@ -21,6 +21,7 @@ import enum
 import functools
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRec
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
@@ -267,6 +270,7 @@ class RoutedEngine:
 
     def compile(self, spec: GrammarSpec) -> RoutedCompiled:
         engine = self.route(spec).engine
+        logger.debug("grammar-guard: %s compiles with %s", spec.describe(), engine.value)
         return RoutedCompiled(engine, self._engines[engine].compile(spec))
 
     def new_matcher(
