@@ -91,6 +91,7 @@ def test_a_forced_engine_serves_every_key_or_says_why_not() -> None:
         ({"type": "array", "maxItems": 1000}, False),
         ({"type": "string", "pattern": "^[a-z]{2,80}$"}, True),
         ({"enum": [{"maxLength": 500}]}, False),  # a value, not a keyword
+        ({"enum": [f"value-{n}" for n in range(8000)]}, True),  # large whatever its shape
     ],
 )
 def test_slow_bounds_are_found_where_they_are_keywords(schema: Any, slow: bool) -> None:
