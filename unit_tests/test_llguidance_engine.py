@@ -56,28 +56,16 @@ OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
         (RequestKind.JSON_SCHEMA, OBJECT, COMPACT, '{"a": 12}', False),
         (RequestKind.JSON_SCHEMA, OBJECT, DEFAULT, '{ "a" : 12 }', True),
         (RequestKind.JSON_SCHEMA, OBJECT, COMPACT, '{"b":1}', False),
-        # formats are exact: no 30 February, no month 13
+        # formats it knows are exact
+        (RequestKind.JSON_SCHEMA, {"type": "string", "format": "ipv4"}, COMPACT, '"1.2.3.4"', True),
         (
             RequestKind.JSON_SCHEMA,
-            {"type": "string", "format": "date"},
+            {"type": "string", "format": "ipv4"},
             COMPACT,
-            '"2020-02-29"',
-            True,
-        ),
-        (
-            RequestKind.JSON_SCHEMA,
-            {"type": "string", "format": "date"},
-            COMPACT,
-            '"2020-02-30"',
+            '"256.1.1.1"',
             False,
         ),
-        (
-            RequestKind.JSON_SCHEMA,
-            {"type": "string", "format": "date"},
-            COMPACT,
-            '"2020-13-01"',
-            False,
-        ),
+        (RequestKind.JSON_SCHEMA, {"type": "string", "format": "ipv4"}, COMPACT, '"1.2.3"', False),
         # raw control characters never get into a bounded string
         (RequestKind.JSON_SCHEMA, {"type": "string", "maxLength": 3}, COMPACT, '"a\tb"', False),
         (RequestKind.JSON_SCHEMA, {"type": "string", "maxLength": 3}, COMPACT, '"abcd"', False),
@@ -259,3 +247,26 @@ def test_json_objects_are_closed_where_xgrammar_closes_them(
     small_llguidance: LLGuidanceEngine, schema: dict[str, Any], text: str, accepted: bool
 ) -> None:
     assert _matches(small_llguidance, _spec(RequestKind.JSON_SCHEMA, schema), text) is accepted
+
+
+def test_a_format_llguidance_writes_loosely_is_refused_where_it_is(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    schema = {"type": "object", "properties": {"day": {"type": "string", "format": "date"}}}
+    spec = _spec(RequestKind.JSON_SCHEMA, schema)
+    with pytest.raises(UnenforcedKeywordError, match="'format: date' at /properties/day/format"):
+        small_llguidance.compile(spec)
+    findings = LLGuidanceEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
+    assert [finding.label for finding in findings] == ["format: date"]
+
+
+def test_a_refused_token_leaves_the_matcher_where_it_was(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    # vLLM checks speculative draft tokens one by one; a wrong draft must
+    # not end the request.
+    matcher = _matcher(small_llguidance, _spec(RequestKind.REGEX, "ab"))
+    assert not matcher.accept_token(VOCAB.index("b"))
+    assert matcher.accept_token(VOCAB.index("a"))
+    assert matcher.accept_token(VOCAB.index("b"))
+    assert matcher.accept_token(VOCAB.index(EOS)) and matcher.is_terminated()

@@ -15,7 +15,7 @@ import hashlib
 import importlib.metadata
 import json
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from copy import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ import llguidance
 import llguidance.torch as llguidance_torch
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.schema_analysis import Finding
+from grammar_guard.core.schema_analysis import Finding, join_pointer
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import grammar_is_lark
@@ -103,7 +103,10 @@ class LLGuidanceMatcher:
             return True
         if token_id in self._eos_ids:
             return False  # the request replaced the tokenizer's stop tokens
-        return bool(self._matcher.consume_token(token_id))
+        # try_consume, not consume: a refused token leaves the matcher where
+        # it was, as xgrammar's does (vLLM checks draft tokens this way), where
+        # consume would put it in an error state for good.
+        return self._matcher.try_consume_tokens([token_id]) == 1
 
     def rollback(self, num_tokens: int) -> None:
         if num_tokens <= 0:
@@ -341,10 +344,13 @@ class LLGuidanceEngine:
 
 def _validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
     """The grammar llguidance compiles for ``spec``, and what it leaves unenforced."""
+    inexact = _inexact_formats(spec)
+    if inexact and unenforced is UnenforcedPolicy.REFUSE:
+        raise UnenforcedKeywordError(spec.kind.value, inexact)
     grammar = _grammar(spec, lenient=False)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if not is_error:
-        return grammar, ()
+        return grammar, inexact
     reason = messages[0] if messages else "invalid grammar"
     findings = _unenforced_findings(reason)
     if not findings:
@@ -355,7 +361,37 @@ def _validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tu
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
         raise InvalidGrammarError(f"invalid {spec.kind.value}: {messages[0]}")
-    return grammar, findings
+    return grammar, inexact + findings
+
+
+def _inexact_formats(spec: GrammarSpec) -> tuple[Finding, ...]:
+    """The ``format`` keywords llguidance accepts but writes looser than the format allows."""
+    if spec.kind is not RequestKind.JSON_SCHEMA:
+        return ()
+    found: list[Finding] = []
+    pending: list[tuple[Any, str]] = [(json.loads(spec.text), "")]
+    while pending:
+        node, pointer = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        value = node.get("format")
+        if isinstance(value, str) and value in _INEXACT_FORMATS:
+            reason = f"llguidance accepts some invalid values: {_INEXACT_FORMATS[value]}"
+            found.append(Finding("format", join_pointer(pointer, "format"), value, reason))
+        pending.extend(_subschemas(node, pointer))
+    return tuple(found)
+
+
+def _subschemas(node: dict[str, Any], pointer: str) -> Iterator[tuple[Any, str]]:
+    for keyword, value in node.items():
+        if keyword in _SCHEMA_MAPS and isinstance(value, dict):
+            for name, item in value.items():
+                yield item, join_pointer(pointer, keyword, name)
+        elif keyword in _SCHEMA_LISTS and isinstance(value, list):
+            for index, item in enumerate(value):
+                yield item, join_pointer(pointer, keyword, index)
+        elif keyword in _SCHEMA_VALUES:
+            yield value, join_pointer(pointer, keyword)
 
 
 def _unenforced_findings(reason: str) -> tuple[Finding, ...]:
@@ -430,6 +466,15 @@ def _closed_child(keyword: str, value: Any) -> Any:
     return value  # a value (enum, const, default...), not a schema
 
 
+# Formats llguidance 1.7 accepts values of that the format forbids, found by
+# the JSON-Schema-Test-Suite (benchmarks/coverage): refused like the keywords
+# it does not implement, so that no constraint is silently loosened.
+_INEXACT_FORMATS = {
+    "date": "February 29 of years that are not leap years",
+    "date-time": "leap seconds at any minute",
+    "time": "leap seconds at any minute",
+    "hostname": "names longer than 255 characters",
+}
 _OPENING_OBJECT_KEYWORDS = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
 _OPENING_ARRAY_KEYWORDS = {"items", "additionalItems", "unevaluatedItems"}
 _SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
