@@ -270,3 +270,12 @@ def test_a_refused_token_leaves_the_matcher_where_it_was(
     assert matcher.accept_token(VOCAB.index("a"))
     assert matcher.accept_token(VOCAB.index("b"))
     assert matcher.accept_token(VOCAB.index(EOS)) and matcher.is_terminated()
+
+
+def test_a_pattern_whose_whitespace_class_llguidance_reads_narrower_is_refused() -> None:
+    # ECMA-262's \s includes U+FEFF, Rust's (llguidance's) does not: \S would let it through.
+    spec = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^\\S$"})
+    with pytest.raises(UnenforcedKeywordError, match="'pattern' at /pattern"):
+        LLGuidanceEngine.check(spec)
+    plain = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^[a-z]+$"})
+    assert LLGuidanceEngine.check(plain) == ()

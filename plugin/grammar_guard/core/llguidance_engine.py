@@ -24,7 +24,12 @@ import llguidance
 import llguidance.torch as llguidance_torch
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.schema_analysis import Finding, join_pointer
+from grammar_guard.core.schema_analysis import (
+    Finding,
+    PatternSupport,
+    join_pointer,
+    pattern_problems,
+)
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import grammar_is_lark
@@ -344,7 +349,7 @@ class LLGuidanceEngine:
 
 def _validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
     """The grammar llguidance compiles for ``spec``, and what it leaves unenforced."""
-    inexact = _inexact_formats(spec)
+    inexact = _loosened_constraints(spec)
     if inexact and unenforced is UnenforcedPolicy.REFUSE:
         raise UnenforcedKeywordError(spec.kind.value, inexact)
     grammar = _grammar(spec, lenient=False)
@@ -364,8 +369,8 @@ def _validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tu
     return grammar, inexact + findings
 
 
-def _inexact_formats(spec: GrammarSpec) -> tuple[Finding, ...]:
-    """The ``format`` keywords llguidance accepts but writes looser than the format allows."""
+def _loosened_constraints(spec: GrammarSpec) -> tuple[Finding, ...]:
+    """The formats and patterns llguidance accepts but writes looser than JSON Schema means."""
     if spec.kind is not RequestKind.JSON_SCHEMA:
         return ()
     found: list[Finding] = []
@@ -374,12 +379,28 @@ def _inexact_formats(spec: GrammarSpec) -> tuple[Finding, ...]:
         node, pointer = pending.pop()
         if not isinstance(node, dict):
             continue
-        value = node.get("format")
-        if isinstance(value, str) and value in _INEXACT_FORMATS:
-            reason = f"llguidance accepts some invalid values: {_INEXACT_FORMATS[value]}"
-            found.append(Finding("format", join_pointer(pointer, "format"), value, reason))
+        found.extend(_loose_format(node, pointer))
+        found.extend(_loose_patterns(node, pointer))
         pending.extend(_subschemas(node, pointer))
     return tuple(found)
+
+
+def _loose_format(node: dict[str, Any], pointer: str) -> Iterator[Finding]:
+    value = node.get("format")
+    if isinstance(value, str) and value in _INEXACT_FORMATS:
+        reason = f"llguidance accepts some invalid values: {_INEXACT_FORMATS[value]}"
+        yield Finding("format", join_pointer(pointer, "format"), value, reason)
+
+
+def _loose_patterns(node: dict[str, Any], pointer: str) -> Iterator[Finding]:
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and (problems := pattern_problems(pattern, _PATTERNS)):
+        yield Finding("pattern", join_pointer(pointer, "pattern"), None, "; ".join(problems))
+    names = node.get("patternProperties")
+    for name in names if isinstance(names, dict) else ():
+        if problems := pattern_problems(name, _PATTERNS):
+            where = join_pointer(pointer, "patternProperties", name)
+            yield Finding("patternProperties", where, None, "; ".join(problems))
 
 
 def _subschemas(node: dict[str, Any], pointer: str) -> Iterator[tuple[Any, str]]:
@@ -475,6 +496,15 @@ _INEXACT_FORMATS = {
     "time": "leap seconds at any minute",
     "hostname": "names longer than 255 characters",
 }
+# What llguidance's ECMA-262 patterns get right: JSON escapes are written as
+# escapes, and it refuses lookarounds and inner anchors itself; but its \s
+# is Rust's, which leaves out U+FEFF, so \S lets the BOM through.
+_PATTERNS = PatternSupport(
+    lookaround=True,
+    inner_anchors=True,
+    unicode_whitespace=False,
+    escapes_json_specials=True,
+)
 _OPENING_OBJECT_KEYWORDS = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
 _OPENING_ARRAY_KEYWORDS = {"items", "additionalItems", "unevaluatedItems"}
 _SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
