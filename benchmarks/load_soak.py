@@ -69,9 +69,13 @@ MIB = float(1 << 20)
 MAX_BAD_BODY_BYTES = 64 << 10
 # Memory counts as flat when, in the last quarter of the run past the cache
 # bound, RSS grew by at most FLAT_SHARE of what keeping every grammar compiled
-# meanwhile would have cost, or by FLAT_FLOOR_MIB (the allocator grows in steps).
+# meanwhile would have cost, or by FLAT_FLOOR_MIB (the allocator grows in
+# steps). The floor is measured: the CI form's 3000 requests end while RSS
+# is still reaching its high-water mark, and a build that keeps nothing past
+# the bound drifted by up to 26 MiB there on a quiet 2-core machine, where
+# keeping every grammar would add about 60 MiB (compiled x grammar size).
 FLAT_SHARE = 0.25
-FLAT_FLOOR_MIB = 24.0
+FLAT_FLOOR_MIB = 40.0
 
 
 @dataclass(frozen=True)
