@@ -109,10 +109,13 @@ class FailureLog:
         """
         cutoff = self._clock() - older_than_s
         with self._lock:
-            stray = [
-                request_id
-                for request_id, (_, recorded_at) in self._reasons.items()
-                if recorded_at <= cutoff and not alive(request_id)
-            ]
+            stray = []
+            # Entries are in recording order, so oldest first: the scan
+            # stops at the first one young enough to be kept whatever.
+            for request_id, (_, recorded_at) in self._reasons.items():
+                if recorded_at > cutoff:
+                    break
+                if not alive(request_id):
+                    stray.append(request_id)
             for request_id in stray:
                 del self._reasons[request_id]
