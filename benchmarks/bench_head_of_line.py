@@ -6,10 +6,13 @@ every few seconds whose schema is new and slow to compile (strings with a
 large ``maxLength``). The figure of merit is the simple requests' time to
 first token (TTFT), p50 and p99, and how much the slow schemas move it.
 
-Both backends run in this one script, one engine after the other, on the tiny
-model (``grammar_guard.demo``) with compact JSON: vLLM's built-in ``xgrammar``
-and ``grammar-guard``. Each engine is an ``AsyncLLM`` with its engine core in
-a process of its own: what vLLM's OpenAI server drives, minus HTTP. Requests
+Every configuration runs in this one script, one engine after the other, on
+the tiny model (``grammar_guard.demo``) with compact JSON: vLLM's built-in
+``xgrammar`` and ``guidance`` backends, ``grammar-guard`` routing each schema
+to its engine (the default), and ``grammar-guard-xgrammar``, grammar-guard
+with xgrammar forced (``GRAMMAR_GUARD_ENGINE=xgrammar``). Each engine is an
+``AsyncLLM`` with its engine core in a process of its own: what vLLM's OpenAI
+server drives, minus HTTP. Requests
 stream (``DELTA`` outputs); a request's TTFT runs from the moment it was due
 to the first output carrying a token, and vLLM's per-request timestamps split
 it into the wait until the request was first scheduled (its grammar
@@ -31,10 +34,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import time
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +61,13 @@ if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
 
 REPO = Path(__file__).resolve().parents[1]
-BACKENDS = ("xgrammar", "grammar-guard")
+BACKENDS = ("xgrammar", "guidance", "grammar-guard", "grammar-guard-xgrammar")
+# Configurations of one vLLM backend, by the name they are reported under:
+# the backend, and the settings its engine starts with.
+_CONFIGURATIONS: dict[str, tuple[str, dict[str, str]]] = {
+    "grammar-guard": ("grammar-guard", {"GRAMMAR_GUARD_ENGINE": "auto"}),
+    "grammar-guard-xgrammar": ("grammar-guard", {"GRAMMAR_GUARD_ENGINE": "xgrammar"}),
+}
 DEFAULT_PLOT = REPO / "docs" / "img" / "head_of_line.png"
 DEFAULT_JSON = REPO / "build" / "head_of_line.json"
 PROMPT = "Reply in JSON: "
@@ -174,24 +185,49 @@ def _block_order(round_index: int) -> tuple[str, ...]:
     return BLOCKS if round_index % 2 == 0 else BLOCKS[::-1]
 
 
+@contextlib.contextmanager
+def _environment(settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` in this process's environment while one configuration runs.
+
+    The engine-core process reads them when it starts, the API side (this
+    process) for each request; the next configuration must not inherit them.
+    """
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 async def measure_backend(backend: str, workload: Workload) -> dict[str, list[Sample]]:
     """Start ``backend``'s engine, warm it up, run every round, shut it down."""
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    engine = AsyncLLM.from_engine_args(_engine_args(backend))
-    try:
-        warm_up = await run_block(engine, workload.warm_up(), 0, f"{backend}-warm-up")
-        if failed := [sample.error for sample in warm_up if sample.error]:
-            raise RuntimeError(f"{backend}: warm-up requests failed, the first: {failed[0]}")
-        samples: dict[str, list[Sample]] = {block: [] for block in BLOCKS}
-        for round_index in range(workload.rounds):
-            for block in _block_order(round_index):
-                arrivals = workload.schedule(round_index, with_slow=block == LOADED)
-                name = f"{backend}-{round_index}-{block.replace(' ', '-')}"
-                samples[block] += await run_block(engine, arrivals, round_index, name)
-        return samples
-    finally:
-        engine.shutdown()
+    vllm_backend, settings = _CONFIGURATIONS.get(backend, (backend, {}))
+    with _environment(settings):
+        engine = AsyncLLM.from_engine_args(_engine_args(vllm_backend))
+        try:
+            return await _measure(engine, backend, workload)
+        finally:
+            engine.shutdown()
+
+
+async def _measure(engine: AsyncLLM, backend: str, workload: Workload) -> dict[str, list[Sample]]:
+    warm_up = await run_block(engine, workload.warm_up(), 0, f"{backend}-warm-up")
+    if failed := [sample.error for sample in warm_up if sample.error]:
+        raise RuntimeError(f"{backend}: warm-up requests failed, the first: {failed[0]}")
+    samples: dict[str, list[Sample]] = {block: [] for block in BLOCKS}
+    for round_index in range(workload.rounds):
+        for block in _block_order(round_index):
+            arrivals = workload.schedule(round_index, with_slow=block == LOADED)
+            name = f"{backend}-{round_index}-{block.replace(' ', '-')}"
+            samples[block] += await run_block(engine, arrivals, round_index, name)
+    return samples
 
 
 async def run(backends: list[str], workload: Workload) -> Results:

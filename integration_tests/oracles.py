@@ -15,11 +15,14 @@ _TEXT_COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
 
 def _grammar_for(structured_outputs: dict[str, Any], compact: bool) -> xgr.Grammar:
     if "json" in structured_outputs:
-        return xgr.Grammar.from_json_schema(
-            json.dumps(structured_outputs["json"]),
-            any_whitespace=not compact,
-            separators=(",", ":") if compact else None,
-        )
+        schema = json.dumps(structured_outputs["json"])
+        try:
+            return _json_grammar(schema, compact, strict=True)
+        except RuntimeError:
+            # xgrammar's strict mode (closed objects) cannot express some
+            # schemas another engine serves, minProperties without properties
+            # for one; a prefix oracle may be the looser of the two.
+            return _json_grammar(schema, compact, strict=False)
     if structured_outputs.get("json_object"):
         return xgr.Grammar.from_json_schema(
             '{"type": "object"}',
@@ -29,6 +32,15 @@ def _grammar_for(structured_outputs: dict[str, Any], compact: bool) -> xgr.Gramm
     if "regex" in structured_outputs:
         return xgr.Grammar.from_regex(structured_outputs["regex"])
     raise ValueError(f"no prefix oracle for {sorted(structured_outputs)}")
+
+
+def _json_grammar(schema: str, compact: bool, *, strict: bool) -> xgr.Grammar:
+    return xgr.Grammar.from_json_schema(
+        schema,
+        any_whitespace=not compact,
+        separators=(",", ":") if compact else None,
+        strict_mode=strict,
+    )
 
 
 def assert_valid_prefix(structured_outputs: dict[str, Any], text: str, *, compact: bool) -> None:

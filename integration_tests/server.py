@@ -55,15 +55,15 @@ class ApiServer:
             previous = current
 
     def metrics(self) -> dict[str, float]:
-        """grammar-guard's unlabelled samples on ``/metrics``, by sample name."""
+        """grammar-guard's samples on ``/metrics`` by sample name, summed over their labels."""
         with urllib.request.urlopen(self.base_url + "/metrics", timeout=10) as response:
             text = response.read().decode()
-        return {
-            sample.name: sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name.startswith("grammar_guard_") and not sample.labels
-        }
+        totals: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith("grammar_guard_") and "le" not in sample.labels:
+                    totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+        return totals
 
 
 def _free_port() -> int:

@@ -77,6 +77,9 @@ def _start(model: str, folder: Path, seed: int, *, on_cue: bool) -> subprocess.P
         "GRAMMAR_GUARD_CACHE_DIR": str(folder),
         # Far above any compile here: this test is about the folder, not timeouts.
         "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(ENGINE_LIMIT_S),
+        # The folder matters for grammars that are slow to compile: xgrammar's.
+        # Routed, this schema would go to llguidance and compile in a millisecond.
+        "GRAMMAR_GUARD_ENGINE": "xgrammar",
     }
     code = (
         "from integration_tests.test_persistent_cache import serve; "

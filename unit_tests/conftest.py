@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny real xgrammar tokenizer, so engine tests run in milliseconds.
+"""Shared fixtures: a tiny real tokenizer for each grammar engine, so engine tests run in ms.
 
 Every character the tests need is its own token, so a text is driven through a
 matcher one character at a time; a few multi-character tokens (``yes``,
@@ -12,9 +12,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import llguidance
 import pytest
 import xgrammar as xgr
 
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
 
@@ -88,3 +90,22 @@ class SmallTokenizer:
 def small() -> SmallTokenizer:
     info = xgr.TokenizerInfo(encoded_vocab=list(VOCAB), stop_token_ids=[VOCAB.index(EOS)])
     return SmallTokenizer(XGrammarEngine(info, compile_threads=1), VOCAB)
+
+
+class _SmallVocabulary:
+    """:data:`VOCAB` as llguidance reads a tokenizer: token bytes and an encoder."""
+
+    def __init__(self) -> None:
+        self.eos_token_id = VOCAB.index(EOS)
+        self.bos_token_id = None
+        self.tokens = [token.encode() for token in VOCAB]
+        self.special_token_ids = [VOCAB.index(EOS), VOCAB.index(EOT)]
+        self.is_tokenizer_wrapper = True
+
+    def __call__(self, text: str) -> list[int]:
+        return [VOCAB.index(char) for char in text]
+
+
+@pytest.fixture(scope="session")
+def small_llguidance() -> LLGuidanceEngine:
+    return LLGuidanceEngine(llguidance.LLTokenizer(_SmallVocabulary()))

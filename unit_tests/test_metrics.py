@@ -28,7 +28,7 @@ grammar_guard.register()
 EXPORTED = {
     "grammar_guard_cache_hits_total",
     "grammar_guard_cache_misses_total",
-    "grammar_guard_compiles_total",
+    'grammar_guard_compiles_total{engine="none"}',
     "grammar_guard_compile_errors_total",
     "grammar_guard_compile_timeouts_total",
     "grammar_guard_escalations_total",
@@ -47,7 +47,8 @@ def metrics_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _busy_metrics() -> CacheMetrics:
     metrics = CacheMetrics()
     metrics.count(Counter.HITS, 3)
-    metrics.count(Counter.COMPILES)
+    metrics.count(Counter.COMPILES, 3)
+    metrics.count_labelled(LabelledCounter.COMPILES_BY_ENGINE, "llguidance", 2)
     metrics.set_size(cache_bytes=4096, cache_entries=2)
     metrics.observe_compile(0.3)
     metrics.observe_compile(700.0)  # beyond the last bound: the +Inf bucket
@@ -55,13 +56,16 @@ def _busy_metrics() -> CacheMetrics:
 
 
 def _scrape() -> dict[str, float]:
+    """Every grammar-guard sample but histogram buckets, by name and labels as exported."""
     text = generate_latest(REGISTRY).decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name.startswith("grammar_guard_") and not sample.labels
-    }
+    scraped = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith("grammar_guard_") or "le" in sample.labels:
+                continue
+            labels = ",".join(f'{name}="{value}"' for name, value in sample.labels.items())
+            scraped[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
+    return scraped
 
 
 def test_snapshot_survives_json_and_sums() -> None:
@@ -98,6 +102,28 @@ def test_prometheus_exposition_has_every_metric_and_the_histogram() -> None:
     assert scraped.keys() >= EXPORTED
     assert scraped["grammar_guard_compile_seconds_count"] >= 2
     assert scraped["grammar_guard_cache_hits_total"] >= 3
+
+
+def test_compiles_are_exported_by_the_engine_that_ran_them() -> None:
+    metrics = _busy_metrics()
+    metrics.count_labelled(LabelledCounter.COMPILES_BY_ENGINE, "xgrammar")
+    metrics.count(Counter.COMPILES)
+    snapshot = metrics.snapshot()
+    assert snapshot.labelled_values(LabelledCounter.COMPILES_BY_ENGINE) == {
+        "llguidance": 2,
+        "xgrammar": 1,
+        "none": 1,  # a compile that ran on no engine (refused first, or loaded from disk)
+    }
+    before = _scrape()
+    metrics_export.add_local_source(metrics)
+    try:
+        after = _scrape()
+    finally:
+        metrics_export.remove_local_source(metrics)
+    for engine, count in (("llguidance", 2), ("xgrammar", 1), ("none", 1)):
+        name = f'grammar_guard_compiles_total{{engine="{engine}"}}'
+        assert after[name] - before.get(name, 0) == count
+    assert "grammar_guard_compiles_total" not in after  # one family, labelled only
 
 
 def test_child_engine_snapshots_are_added_and_dead_ones_ignored(metrics_dir: Path) -> None:

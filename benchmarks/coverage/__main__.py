@@ -24,8 +24,9 @@ _PROGRESS_EVERY_S = 15.0
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.coverage",
-        description="Compile every schema of the data folders through grammar-guard and "
-        "vLLM's xgrammar backend and feed each instance's tokens to the grammar.",
+        description="Compile every schema of the data folders through grammar-guard "
+        "(routed, and with each engine forced) and vLLM's xgrammar and guidance backends, "
+        "and feed each instance's tokens to the grammar.",
     )
     parser.add_argument("--suite", choices=list(_SUITE_CHOICES), default="both")
     parser.add_argument(

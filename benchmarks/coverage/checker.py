@@ -1,4 +1,12 @@
-"""One schema through one path: compile it, then feed it every instance of its file."""
+"""One schema through one path: compile it, then feed it every instance of its file.
+
+Each instance is fed to a grammar of its own, as each request gets its own in
+a server (the first instance gets the compile's; the others ask the path
+again, a cache hit where it caches). Reusing one grammar through ``reset()``
+would carry one instance's state into the next: vLLM's guidance grammar keeps
+its ``terminated`` flag and an llguidance matcher's error state across a
+reset, and the plugin's ``GuardedGrammar`` keeps a fault.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import Case, NumberLiteral
+from benchmarks.coverage.cases import Case, Instance, NumberLiteral
 from benchmarks.coverage.key_order import SchemaNavigator
-from benchmarks.coverage.paths import BuiltinPath, CompilePath, PluginPath, Refused
+from benchmarks.coverage.masks import time_fills
+from benchmarks.coverage.paths import CompilePath, Refused, build_paths
 from benchmarks.coverage.results import COMPILED, PathResult, WrongResult
-from benchmarks.coverage.writer import InstanceWriter, Layout, Written
+from benchmarks.coverage.writer import Grammar, InstanceWriter, Layout, Written
 
 # A wrong instance's text is kept in the report around where the grammar stopped.
 _EXCERPT_BEFORE = 160
@@ -34,14 +43,9 @@ def load_tokenizer() -> Any:
 class SchemaChecker:
     def __init__(self, tokenizer: Any, *, whitespace: bool) -> None:
         # The tiny model's vocabulary is the tokenizer's, added tokens included.
-        vocab_size = len(tokenizer)
-        self.paths: dict[str, CompilePath] = {
-            path.name: path
-            for path in (
-                PluginPath(tokenizer, vocab_size, whitespace=whitespace),
-                BuiltinPath(tokenizer, vocab_size, whitespace=whitespace),
-            )
-        }
+        self.paths: dict[str, CompilePath] = build_paths(
+            tokenizer, len(tokenizer), whitespace=whitespace
+        )
         self._stop_token = int(tokenizer.eos_token_id)
         self._layout = Layout(whitespace=whitespace)
 
@@ -61,8 +65,9 @@ class SchemaChecker:
         return result
 
     def _check(self, path_name: str, case: Case, on_compiled: Callable[[], None]) -> PathResult:
+        path = self.paths[path_name]
         try:
-            compiled = self.paths[path_name].compile(case.schema)
+            compiled = path.compile(case.schema)
         except Refused as refusal:
             return PathResult(path_name, refusal.reason, refusal.detail)
         on_compiled()
@@ -72,20 +77,13 @@ class SchemaChecker:
             compile_s=compiled.compile_s,
             compile_cpu_s=compiled.compile_cpu_s,
             validate_s=compiled.validate_s,
+            engine=compiled.engine,
         )
         navigator = SchemaNavigator(case.schema)
+        timed = False
         for index, instance in enumerate(case.instances):
-            compiled.grammar.reset()
-            writer = InstanceWriter(
-                compiled.grammar,
-                self._encode,
-                self._stop_token,
-                self._layout,
-                navigator,
-                integer_forms=instance.valid,
-            )
-            written = writer.write(instance.data, case.schema)
-            _check_faithful(written.text, instance.data)
+            grammar = compiled.grammar if index == 0 else compiled.renew()
+            written = self._write(path, grammar, instance, case.schema, navigator)
             if written.accepted == instance.valid:
                 if instance.valid:
                     result.valid_accepted += 1
@@ -93,7 +91,31 @@ class SchemaChecker:
                     result.invalid_rejected += 1
             else:
                 result.wrong.append(_wrong(index, instance.description, instance.valid, written))
+            if instance.valid and not timed:
+                result.mask_ns = time_fills(compiled.renew(), path.bitmask, written.tokens)
+                timed = True
         return result
+
+    def _write(
+        self,
+        path: CompilePath,
+        grammar: Grammar,
+        instance: Instance,
+        schema: Any,
+        navigator: SchemaNavigator,
+    ) -> Written:
+        writer = InstanceWriter(
+            grammar,
+            self._encode,
+            self._stop_token,
+            self._layout,
+            navigator,
+            path.bitmask,
+            integer_forms=instance.valid,
+        )
+        written = writer.write(instance.data, schema)
+        _check_faithful(written.text, instance.data)
+        return written
 
 
 def _check_faithful(text: str, data: Any) -> None:

@@ -1,41 +1,63 @@
-"""The two ways a JSON-schema request gets its grammar, each through its real classes.
+"""The five ways a JSON-schema request gets its grammar, each through its real classes.
 
 - ``grammar-guard``: the plugin's ``GrammarGuardBackend.compile_grammar``, the
   call vLLM's engine core makes: the request key becomes a ``GrammarSpec``
   with the server's ``CompileOptions``, is admitted to the plugin's cache and
-  compiled by its ``XGrammarEngine``. The plugin's API-process check parses
-  with the same function its compile starts with, so a schema it refuses
-  there is refused here with the same error, whose class names the reason.
+  compiled by the engine its router picks (xgrammar or llguidance). The
+  plugin's API-process check parses with the same function its compile
+  starts with, so a schema it refuses there is refused here with the same
+  error, whose class names the reason.
+- ``grammar-guard-xgrammar``, ``grammar-guard-llguidance``: the same with
+  ``GRAMMAR_GUARD_ENGINE`` forcing one engine.
 - ``vllm-xgrammar``: vLLM's own frontend validation for ``xgrammar``
   (``validate_xgrammar_grammar``), then ``XgrammarBackend.compile_grammar``.
+- ``vllm-guidance``: the same for ``guidance`` (``validate_guidance_grammar``,
+  then ``GuidanceBackend.compile_grammar``).
 
-Both build the request key with vLLM's ``get_structured_output_key``, from
+All build the request key with vLLM's ``get_structured_output_key``, from
 the schema as a client's JSON body would carry it, and take their settings
 from a real ``VllmConfig``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from benchmarks.coverage.results import (
-    BUILTIN_PATH,
     INVALID,
+    PATHS,
+    PLUGIN_LLGUIDANCE_PATH,
     PLUGIN_PATH,
+    PLUGIN_XGRAMMAR_PATH,
     TIMEOUT,
     UNENFORCED_PREFIX,
     UNSUPPORTED,
+    VLLM_GUIDANCE_PATH,
+    VLLM_XGRAMMAR_PATH,
 )
 
 if TYPE_CHECKING:
+    import torch
     from vllm.config import VllmConfig
-    from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
+    from vllm.v1.structured_output.backend_types import (
+        StructuredOutputBackend,
+        StructuredOutputGrammar,
+    )
 
-# vLLM's validation passed but its engine-side compile raised: in a server the
-# request fails inside the engine rather than with a 400.
+    from grammar_guard.core.settings import EngineSelection
+
+T = TypeVar("T")
+
+# vLLM's validation passed but its engine-side compile raised (xgrammar) or
+# left the grammar in an error state (guidance): in a server the request fails
+# inside the engine, or gets an empty answer, rather than a 400.
 COMPILE_ERROR = "compile-error"
 
 
@@ -47,6 +69,10 @@ class Compiled:
     # wall-clock time it does not grow when other work shares the machine.
     compile_cpu_s: float
     validate_s: float | None
+    # The grammar of another request for the same schema: a cache hit where
+    # the path has a cache, a compile where it has none (see checker.py for why).
+    renew: Callable[[], StructuredOutputGrammar]
+    engine: str | None = None  # the plugin's engine that serves it (ENGINES)
 
 
 class Refused(Exception):
@@ -58,6 +84,9 @@ class Refused(Exception):
 
 class CompilePath(Protocol):
     name: str
+    # One row, from the backend's allocate_token_bitmask(1): what the engine
+    # fills for a request each step.
+    bitmask: torch.Tensor
 
     def compile(self, schema: Any) -> Compiled:
         """The request's grammar; raises :class:`Refused` with the reason class."""
@@ -92,33 +121,94 @@ def _request_key(structured_outputs: Any) -> tuple[Any, str]:
     return get_structured_output_key(structured_outputs)
 
 
-class PluginPath:
-    name = PLUGIN_PATH
+# Keyed by GRAMMAR_GUARD_ENGINE's values (the plugin's EngineSelection).
+_PLUGIN_PATH_NAMES = {
+    "auto": PLUGIN_PATH,
+    "xgrammar": PLUGIN_XGRAMMAR_PATH,
+    "llguidance": PLUGIN_LLGUIDANCE_PATH,
+}
 
-    def __init__(self, tokenizer: Any, vocab_size: int, *, whitespace: bool) -> None:
+
+def build_paths(tokenizer: Any, vocab_size: int, *, whitespace: bool) -> dict[str, CompilePath]:
+    """Every path, by name, in the order of ``PATHS``."""
+    from grammar_guard.core.settings import EngineSelection
+
+    paths: list[CompilePath] = [
+        PluginPath(tokenizer, vocab_size, whitespace=whitespace, selection=selection)
+        for selection in EngineSelection
+    ]
+    paths += [
+        BuiltinPath(backend(), tokenizer, vocab_size, whitespace=whitespace)
+        for backend in (vllm_xgrammar, vllm_guidance)
+    ]
+    by_name = {path.name: path for path in paths}
+    assert set(by_name) == set(PATHS), f"paths {sorted(by_name)} are not {PATHS}"
+    return {name: by_name[name] for name in PATHS}
+
+
+class PluginPath:
+    def __init__(
+        self, tokenizer: Any, vocab_size: int, *, whitespace: bool, selection: EngineSelection
+    ) -> None:
         import grammar_guard
+        from grammar_guard.core.settings import ENGINE_VARIABLE
         from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
         grammar_guard.register()
-        self._backend = GrammarGuardBackend(
-            vllm_config=vllm_config(grammar_guard.BACKEND_NAME, whitespace=whitespace),
-            tokenizer=tokenizer,
-            vocab_size=vocab_size,
-        )
+        self.name = _PLUGIN_PATH_NAMES[selection.value]
+        # The backend reads GRAMMAR_GUARD_ENGINE once, in __post_init__, and a
+        # worker builds three of them: the variable is set for each one's
+        # construction only, so that no other backend built here, and nothing
+        # that reads the plugin's settings later, sees another path's choice.
+        with _environment(ENGINE_VARIABLE, selection.value):
+            self._backend = GrammarGuardBackend(
+                vllm_config=vllm_config(grammar_guard.BACKEND_NAME, whitespace=whitespace),
+                tokenizer=tokenizer,
+                vocab_size=vocab_size,
+            )
+        self.bitmask = self._backend.allocate_token_bitmask(1)
 
     def compile(self, schema: Any) -> Compiled:
-        started, cpu = time.perf_counter(), time.process_time()
         try:
             option, key = _request_key(_structured_outputs(schema))
-            grammar = self._backend.compile_grammar(option, key)
+            grammar, wall_s, cpu_s = _timed(lambda: self._backend.compile_grammar(option, key))
         except Exception as exc:
             raise Refused(plugin_reason(exc), _describe(exc)) from exc
-        return Compiled(
-            grammar,
-            time.perf_counter() - started,
-            time.process_time() - cpu,
-            validate_s=None,
-        )
+        renew = functools.partial(self._backend.compile_grammar, option, key)
+        return Compiled(grammar, wall_s, cpu_s, None, renew, engine=served_by(grammar))
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` inside the block; as it was (or unset) after it."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+def served_by(grammar: StructuredOutputGrammar) -> str | None:
+    """The engine whose matcher the plugin's grammar wraps; None if it wraps none."""
+    from grammar_guard.core.llguidance_engine import LLGuidanceMatcher
+    from grammar_guard.core.routing import EngineName
+    from grammar_guard.core.xgrammar_engine import XGrammarMatcher
+    from grammar_guard.vllm_adapter.backend import GuardedGrammar
+
+    if not isinstance(grammar, GuardedGrammar):
+        return None
+    # batch_matcher() is GuardedGrammar's public way to its matcher (for batch
+    # fills); it is None only once the grammar faulted, never fresh from a compile.
+    matcher = grammar.batch_matcher()
+    if isinstance(matcher, XGrammarMatcher):
+        return EngineName.XGRAMMAR.value
+    if isinstance(matcher, LLGuidanceMatcher):
+        return EngineName.LLGUIDANCE.value
+    return None
 
 
 def plugin_reason(error: BaseException) -> str:
@@ -137,49 +227,115 @@ def plugin_reason(error: BaseException) -> str:
     return f"error:{type(error).__name__}"
 
 
+@dataclass(frozen=True)
+class BuiltinBackend:
+    """What tells vLLM's built-in backends apart, as a request meets them."""
+
+    path: str  # the path's name in the report
+    name: str  # vLLM's name for it (StructuredOutputsConfig.backend)
+    backend: type[StructuredOutputBackend]
+    validate: Callable[[Any], None]  # vLLM's frontend check of the SamplingParams
+    # Whether a schema its validation refused uses a feature on vLLM's list
+    # of what the backend does not support.
+    unsupported: Callable[[dict[str, Any]], bool]
+    # The error a compiled grammar holds instead of raising it, or "".
+    error: Callable[[StructuredOutputGrammar], str]
+
+
+def vllm_xgrammar() -> BuiltinBackend:
+    from vllm.v1.structured_output.backend_xgrammar import (
+        XgrammarBackend,
+        has_xgrammar_unsupported_json_features,
+        validate_xgrammar_grammar,
+    )
+
+    return BuiltinBackend(
+        VLLM_XGRAMMAR_PATH,
+        "xgrammar",
+        XgrammarBackend,
+        validate_xgrammar_grammar,
+        has_xgrammar_unsupported_json_features,
+        error=lambda grammar: "",  # its compile_grammar raises
+    )
+
+
+def vllm_guidance() -> BuiltinBackend:
+    from vllm.v1.structured_output.backend_guidance import (
+        GuidanceBackend,
+        has_guidance_unsupported_json_features,
+        validate_guidance_grammar,
+    )
+
+    return BuiltinBackend(
+        VLLM_GUIDANCE_PATH,
+        "guidance",
+        GuidanceBackend,
+        # Without a tokenizer, as vLLM validates for a Hugging Face one.
+        validate_guidance_grammar,
+        has_guidance_unsupported_json_features,
+        error=_guidance_error,
+    )
+
+
+def _guidance_error(grammar: StructuredOutputGrammar) -> str:
+    """The error vLLM's guidance grammar is in, or "".
+
+    Its compile_grammar does not raise: a grammar llguidance cannot take
+    leaves the LLMatcher in an error state, which ``check_error`` only logs,
+    and such a matcher's mask allows nothing but the stop token. In a server
+    the request then ends with an empty answer rather than an error.
+    """
+    from vllm.v1.structured_output.backend_guidance import GuidanceGrammar
+
+    assert isinstance(grammar, GuidanceGrammar)
+    return str(grammar.ll_matcher.get_error()) if grammar.ll_matcher.is_error() else ""
+
+
 class BuiltinPath:
-    name = BUILTIN_PATH
-
-    def __init__(self, tokenizer: Any, vocab_size: int, *, whitespace: bool) -> None:
-        from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
-
-        self._backend = XgrammarBackend(
-            vllm_config=vllm_config("xgrammar", whitespace=whitespace),
+    def __init__(
+        self, backend: BuiltinBackend, tokenizer: Any, vocab_size: int, *, whitespace: bool
+    ) -> None:
+        self.name = backend.path
+        self._kind = backend
+        self._backend = backend.backend(
+            vllm_config=vllm_config(backend.name, whitespace=whitespace),
             tokenizer=tokenizer,
             vocab_size=vocab_size,
         )
+        self.bitmask = self._backend.allocate_token_bitmask(1)
 
     def compile(self, schema: Any) -> Compiled:
         from vllm.exceptions import VLLMValidationError
         from vllm.sampling_params import SamplingParams
-        from vllm.v1.structured_output.backend_xgrammar import (
-            has_xgrammar_unsupported_json_features,
-            validate_xgrammar_grammar,
-        )
 
         started = time.perf_counter()
         try:
             params = SamplingParams(structured_outputs=_structured_outputs(schema))
-            validate_xgrammar_grammar(params)
+            self._kind.validate(params)
         except (VLLMValidationError, ValueError) as exc:
-            unsupported = isinstance(schema, dict) and has_xgrammar_unsupported_json_features(
-                schema
-            )
+            unsupported = isinstance(schema, dict) and self._kind.unsupported(schema)
             raise Refused(UNSUPPORTED if unsupported else INVALID, _describe(exc)) from exc
-        validated, cpu = time.perf_counter(), time.process_time()
+        validate_s = time.perf_counter() - started
         try:
             option, key = _request_key(params.structured_outputs)
-            grammar = self._backend.compile_grammar(option, key)
+            grammar, wall_s, cpu_s = _timed(lambda: self._backend.compile_grammar(option, key))
         except Exception as exc:
             raise Refused(COMPILE_ERROR, _describe(exc)) from exc
-        return Compiled(
-            grammar,
-            time.perf_counter() - validated,
-            time.process_time() - cpu,
-            validate_s=validated - started,
-        )
+        error = self._kind.error(grammar)
+        if error:
+            raise Refused(COMPILE_ERROR, _describe(error))
+        renew = functools.partial(self._backend.compile_grammar, option, key)
+        return Compiled(grammar, wall_s, cpu_s, validate_s, renew)
 
 
-def _describe(error: BaseException) -> str:
+def _timed(call: Callable[[], T]) -> tuple[T, float, float]:
+    """``call()``, its wall-clock time and the process's CPU time over it."""
+    started, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return result, time.perf_counter() - started, time.process_time() - cpu
+
+
+def _describe(error: BaseException | str) -> str:
+    """The first line of an error's message (llguidance's run to pages of state)."""
     lines = str(error).strip().splitlines()
     return lines[0][:300] if lines else type(error).__name__

@@ -40,7 +40,7 @@ class WorkerStartError(RuntimeError):
 class Limits:
     compile_s: float  # a path's validation and compile
     match_s: float  # feeding one schema's instances
-    start_s: float  # loading the tokenizer and both backends
+    start_s: float  # loading the tokenizer and every path's backend
 
 
 class _Worker:

@@ -12,7 +12,8 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.results import PATHS, SchemaResult, WrongResult
+from benchmarks.coverage.masks import MASK_PERCENTILES
+from benchmarks.coverage.results import ENGINES, PATHS, PLUGIN_PATH, SchemaResult, WrongResult
 from benchmarks.coverage.tally import Tally
 
 REPORT_FILE = "report.json"
@@ -59,7 +60,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> str:
 def render_tables(report: dict[str, Any]) -> str:
     run = report["run"]
     lines = [
-        "# Schema coverage: grammar-guard and vLLM's xgrammar backend",
+        "# Schema coverage: grammar-guard and vLLM's xgrammar and guidance backends",
         "",
         _run_line(run),
         "",
@@ -67,9 +68,22 @@ def render_tables(report: dict[str, Any]) -> str:
         "",
         *_table("path", [(path, report["overall"][path]) for path in PATHS]),
         "",
+        _engine_line(report["overall"][PLUGIN_PATH]),
+        "",
         "Worker CPU time (compiles and instances; worker starts not included): "
         + ", ".join(f"{path} {report['overall'][path]['cpu_total_s']:.0f} s" for path in PATHS)
         + ".",
+        "",
+        "## By collection",
+        "",
+        *_table(
+            "collection: path",
+            [
+                (f"{suite}: {path}", tallies[path])
+                for suite, tallies in report["suites"].items()
+                for path in PATHS
+            ],
+        ),
         "",
         "## Refusals by reason (schemas; timeouts are in the tables' own column)",
         "",
@@ -129,6 +143,9 @@ def _schema_entry(result: SchemaResult) -> dict[str, Any]:
                 "cpu_s": outcome.cpu_s,
                 "valid_accepted": outcome.valid_accepted,
                 "invalid_rejected": outcome.invalid_rejected,
+                "engine": outcome.engine,
+                "mask_fills": outcome.mask_ns.count,
+                "mask_us": outcome.mask_ns.percentiles_us(MASK_PERCENTILES),
             }
             for path, outcome in result.paths.items()
         },
@@ -168,21 +185,35 @@ def _run_line(run: dict[str, Any]) -> str:
 
 _HEADER = (
     "| {first} | schemas | compiled | refused | timeouts | valid accepted | invalid rejected "
-    "| invalid accepted outside refusals | compile ms p50 / p90 / p99 / max |"
+    "| invalid accepted outside refusals | compile ms p50 / p90 / p99 / max "
+    "| served by " + " / ".join(ENGINES) + " "
+    "| mask µs " + " / ".join(f"p{p:g}" for p in MASK_PERCENTILES) + " |"
 )
 
 
 def _table(first: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    lines = [_HEADER.format(first=first), "|---" + "|---:" * 8 + "|"]
+    lines = [_HEADER.format(first=first), "|---" + "|---:" * 10 + "|"]
     for name, stats in rows:
         refused = sum(stats["refused"].values())
         lines.append(
             f"| {name} | {stats['schemas']} | {stats['compiled']} | {refused} "
             f"| {stats['timeouts']} | {_share(stats['valid_accepted'], stats['valid_total'])} "
             f"| {_share(stats['invalid_rejected'], stats['invalid_total'])} "
-            f"| {stats['invalid_accepted_outside_refusals']} | {_times(stats['compile_s'])} |"
+            f"| {stats['invalid_accepted_outside_refusals']} "
+            f"| {_figures(stats['compile_s'], 1000)} | {_engines(stats['engines'])} "
+            f"| {_figures(stats['mask_us'])} |"
         )
     return lines
+
+
+def _engine_line(stats: dict[str, Any]) -> str:
+    served = ", ".join(f"{stats['engines'].get(name, 0)} by {name}" for name in ENGINES)
+    return f"{PLUGIN_PATH} (routed) served its {stats['compiled']} compiled schemas: {served}."
+
+
+def _engines(counts: dict[str, int]) -> str:
+    """Compiled schemas per engine; "-" for a path that does not say (vLLM's)."""
+    return " / ".join(str(counts.get(name, 0)) for name in ENGINES) if counts else "-"
 
 
 def _reasons_table(report: dict[str, Any]) -> list[str]:
@@ -198,10 +229,11 @@ def _share(part: int, whole: int) -> str:
     return f"{part} / {whole} ({100 * part / whole:.1f}%)" if whole else "0 / 0"
 
 
-def _times(times: dict[str, float | None]) -> str:
-    if times["max"] is None:
+def _figures(values: dict[str, float | None], scale: float = 1.0) -> str:
+    """Percentiles, scaled, with one decimal; "-" when there were no samples."""
+    if any(value is None for value in values.values()):
         return "-"
-    return " / ".join(f"{1000 * value:.1f}" for value in times.values() if value is not None)
+    return " / ".join(f"{scale * value:.1f}" for value in values.values() if value is not None)
 
 
 def _wrong_line(entry: dict[str, Any]) -> str:

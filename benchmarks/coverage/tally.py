@@ -1,5 +1,8 @@
 """Counts per path over a set of schemas: what compiled, what was refused, what was judged right.
 
+Also which engine served the plugin's compiled schemas, and every timed
+bitmask fill (masks.py), merged.
+
 A refused schema (any reason, timeouts included) rejects all its instances:
 its invalid ones count as rejected, its valid ones as lost to the refusal.
 Only a compiled grammar can accept an invalid instance, so every invalid
@@ -14,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.coverage.histogram import LogHistogram
+from benchmarks.coverage.masks import MASK_PERCENTILES
 from benchmarks.coverage.results import TIMEOUT, PathResult, SchemaResult
 
 PERCENTILES = (50, 90, 99)
@@ -34,6 +39,8 @@ class Tally:
     compile_s: list[float] = field(default_factory=list)
     compile_cpu_s: list[float] = field(default_factory=list)
     cpu_s: float = 0.0  # every path check's CPU time, refusals included
+    engines: Counter[str] = field(default_factory=Counter)  # compiled schemas by engine
+    mask_ns: LogHistogram = field(default_factory=LogHistogram)  # every timed fill
 
     @classmethod
     def of(cls, results: Iterable[SchemaResult], path: str) -> Tally:
@@ -57,6 +64,9 @@ class Tally:
                 self.compile_s.append(result.compile_s)
             if result.compile_cpu_s is not None:
                 self.compile_cpu_s.append(result.compile_cpu_s)
+            if result.engine is not None:
+                self.engines[result.engine] += 1
+            self.mask_ns.merge(result.mask_ns)
             return
         if result.outcome == TIMEOUT:
             self.timeouts += 1
@@ -86,6 +96,9 @@ class Tally:
             "compile_s": _percentiles(self.compile_s),
             "compile_cpu_s": _percentiles(self.compile_cpu_s),
             "cpu_total_s": round(self.cpu_s, 3),
+            "engines": dict(sorted(self.engines.items())),
+            "mask_fills": self.mask_ns.count,
+            "mask_us": self.mask_ns.percentiles_us(MASK_PERCENTILES),
         }
 
 

@@ -1,8 +1,8 @@
-"""A worker process: builds both paths once, then checks the schemas it is sent.
+"""A worker process: builds every path once, then checks the schemas it is sent.
 
 It talks to the parent (``pool.py``) over a pipe. Messages it sends:
 
-- ``("ready",)`` once the tokenizer and both backends are built, or
+- ``("ready",)`` once the tokenizer and every path's backend are built, or
   ``("failed", traceback)`` if they could not be;
 - ``("phase", path, "compile" | "match")`` when a path starts compiling a
   schema, and when it starts feeding instances: the parent times each phase
@@ -50,12 +50,14 @@ class Task:
 
 
 # Plugin settings that would change what is measured: a persistent cache or a
-# warm-up would serve grammars without compiling them.
+# warm-up would serve grammars without compiling them, and each plugin path
+# sets the engine it names (paths.py).
 _DROPPED_SETTINGS = (
     "GRAMMAR_GUARD_CACHE_DIR",
     "GRAMMAR_GUARD_CACHE_DIR_MB",
     "GRAMMAR_GUARD_WARMUP",
     "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S",
+    "GRAMMAR_GUARD_ENGINE",
 )
 
 

@@ -18,8 +18,9 @@ candidates at each step, the way a sampler under its mask would:
 Each candidate is tokenised and offered to the grammar with
 ``validate_tokens`` (which leaves the grammar where it was); the first one
 accepted in full is fed with ``accept_tokens``. The text ends with the stop
-token, and the instance counts as accepted when the grammar then reports
-itself terminated. When no candidate is accepted the grammar has refused the
+token, taken when the grammar's bitmask allows it (as a sampler takes it),
+and the instance counts as accepted when the grammar then reports itself
+terminated. When no candidate is accepted the grammar has refused the
 instance: the rest is written without it (first candidates), so the report
 can show the whole text and where it stopped.
 
@@ -36,10 +37,13 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from benchmarks.coverage.cases import NumberLiteral
 from benchmarks.coverage.key_order import SchemaNavigator
+
+if TYPE_CHECKING:
+    import torch
 
 _REQUEST_ID = "coverage"
 _INDENT = "  "
@@ -56,12 +60,17 @@ class Grammar(Protocol):
 
     def is_terminated(self) -> bool: ...
 
+    def fill_bitmask(self, bitmask: torch.Tensor, idx: int) -> None: ...
+
 
 @dataclass(frozen=True)
 class Written:
     accepted: bool
     text: str
     refused_at: int | None  # offset of the first piece the grammar refused
+    # The tokens the grammar accepted, in order, the stop token included if
+    # it was: what a sampler under the grammar's mask would have picked.
+    tokens: tuple[int, ...]
 
 
 class Layout:
@@ -92,10 +101,12 @@ class InstanceWriter:
         stop_token: int,
         layout: Layout,
         navigator: SchemaNavigator,
+        bitmask: torch.Tensor,  # one row, for the mask that allows the stop token or not
         *,
         integer_forms: bool,
     ) -> None:
         self._grammar = grammar
+        self._bitmask = bitmask
         self._integer_forms = integer_forms
         self._encode = encode
         self._stop_token = stop_token
@@ -104,6 +115,7 @@ class InstanceWriter:
         self._parts: list[str] = []
         self._length = 0
         self._refused_at: int | None = None
+        self._tokens: list[int] = []
 
     def write(self, value: Any, schema: Any) -> Written:
         """Feed ``value`` (as the grammar's current state expects it) and the stop token."""
@@ -111,7 +123,7 @@ class InstanceWriter:
         if self._refused_at is None and not self._stop():
             self._refused_at = self._length
         text = "".join(self._parts)
-        return Written(self._refused_at is None, text, self._refused_at)
+        return Written(self._refused_at is None, text, self._refused_at, tuple(self._tokens))
 
     # -- JSON ---------------------------------------------------------------
 
@@ -176,6 +188,7 @@ class InstanceWriter:
             if len(self._grammar.validate_tokens(tokens)) == len(tokens):
                 if self._grammar.accept_tokens(_REQUEST_ID, tokens):
                     self._append(candidate)
+                    self._tokens += tokens
                 else:  # validate and accept disagree: the grammar refused after all
                     self._refuse(candidate)
                 return True
@@ -190,10 +203,24 @@ class InstanceWriter:
         self._length += len(text)
 
     def _stop(self) -> bool:
-        tokens = [self._stop_token]
-        if self._grammar.validate_tokens(tokens) != tokens:
+        # The mask decides, not validate_tokens: vLLM's guidance grammar
+        # validates nothing, the stop token included, once its matcher has
+        # stopped (the value is complete and only the stop token may follow).
+        # accept_tokens' answer is checked too: handed the stop token, that
+        # grammar reports itself terminated whether it took it or not.
+        self._grammar.fill_bitmask(self._bitmask, 0)
+        if not _allows(self._bitmask, self._stop_token):
             return False
-        return self._grammar.accept_tokens(_REQUEST_ID, tokens) and self._grammar.is_terminated()
+        if not self._grammar.accept_tokens(_REQUEST_ID, [self._stop_token]):
+            return False
+        self._tokens.append(self._stop_token)
+        return self._grammar.is_terminated()
+
+
+def _allows(bitmask: torch.Tensor, token: int) -> bool:
+    """Whether the mask's first row allows ``token`` (32 tokens a word, lowest bit first)."""
+    word, bit = divmod(token, 32)
+    return word < bitmask.shape[1] and bool((int(bitmask[0, word]) >> bit) & 1)
 
 
 def _joined(lead: Sequence[str], texts: Sequence[str]) -> list[str]:

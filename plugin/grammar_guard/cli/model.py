@@ -36,6 +36,7 @@ def load_engine(args: ModelArgs, *, unenforced: UnenforcedPolicy) -> GrammarEngi
     from vllm.config import ModelConfig
     from vllm.tokenizers import cached_tokenizer_from_config
 
+    from grammar_guard.core.settings import engine_selection_from_env
     from grammar_guard.vllm_adapter.backend import build_engine
 
     try:
@@ -49,4 +50,10 @@ def load_engine(args: ModelArgs, *, unenforced: UnenforcedPolicy) -> GrammarEngi
         tokenizer = cached_tokenizer_from_config(config)
     except Exception as exc:  # vLLM and Hugging Face raise many kinds for a bad model
         raise ModelLoadError(f"cannot load the tokenizer of {args.model}: {exc}") from exc
-    return build_engine(tokenizer, config.get_vocab_size(), unenforced=unenforced)
+    # The server's own engine selection: its fingerprint must be the server's.
+    return build_engine(
+        tokenizer,
+        config.get_vocab_size(),
+        unenforced=unenforced,
+        selection=engine_selection_from_env(),
+    )

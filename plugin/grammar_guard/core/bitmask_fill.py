@@ -184,7 +184,7 @@ def _fill_batch(
     bitmask: torch.Tensor, batch: list[RowFill], matchers: list[TokenMatcher], threads: int
 ) -> None:
     try:
-        matchers[0].fill_batch(matchers, bitmask, [fill.row for fill in batch], threads=threads)
+        fill_by_engine(matchers, bitmask, [fill.row for fill in batch], threads=threads)
     except Exception:
         # Some matcher failed and the batch call cannot say which: every row
         # is filled again on its own, so the faulty grammar alone is marked
@@ -195,3 +195,20 @@ def _fill_batch(
 def _fill_each(bitmask: torch.Tensor, fills: Sequence[RowFill]) -> None:
     for fill in fills:
         fill.target.fill_bitmask(bitmask, fill.row)
+
+
+def fill_by_engine(
+    matchers: Sequence[TokenMatcher],
+    bitmask: torch.Tensor,
+    rows: Sequence[int],
+    *,
+    threads: int,
+) -> None:
+    """Batch-fill rows whose matchers may come from several engines: one call per engine."""
+    groups: dict[type, tuple[list[TokenMatcher], list[int]]] = {}
+    for matcher, row in zip(matchers, rows, strict=True):
+        group_matchers, group_rows = groups.setdefault(type(matcher), ([], []))
+        group_matchers.append(matcher)
+        group_rows.append(row)
+    for group_matchers, group_rows in groups.values():
+        group_matchers[0].fill_batch(group_matchers, bitmask, group_rows, threads=threads)

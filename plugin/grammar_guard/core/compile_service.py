@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from grammar_guard.core.cache import Admission, Clock, DeadlineWatcher, GrammarCache
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
 from grammar_guard.core.disk_store import DiskStore
-from grammar_guard.core.metrics import CacheMetrics
+from grammar_guard.core.metrics import CacheMetrics, LabelledCounter
 from grammar_guard.core.priority import lower_current_thread
 
 if TYPE_CHECKING:
@@ -197,6 +197,7 @@ class CompileService:
         if store is not None and (loaded := store.load(spec)) is not None:
             return loaded
         result = self._compiler.compile(spec)
+        self.metrics.count_labelled(LabelledCounter.COMPILES_BY_ENGINE, result.compiled.engine_name)
         if store is not None:
             self._pool.defer(functools.partial(self._save, store, spec, result))
         return result.compiled

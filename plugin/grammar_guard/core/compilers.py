@@ -9,7 +9,7 @@ grammar does not pay for serialising it a second time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
@@ -42,3 +42,33 @@ class InThreadCompiler:
 
     def close(self) -> None:
         pass
+
+
+@runtime_checkable
+class QuickCompileEngine(Protocol):
+    """An engine that knows, before compiling, which specs compile in milliseconds."""
+
+    def compiles_quickly(self, spec: GrammarSpec) -> bool: ...
+
+
+class QuickInThreadCompiler:
+    """Compiles the specs its engine says are quick in the caller's thread, others elsewhere.
+
+    A millisecond compile sent to a worker process would pay more for the
+    round trip than for the compile, and would queue behind slow ones.
+    """
+
+    def __init__(
+        self, engine: GrammarEngine, quick: QuickCompileEngine, elsewhere: Compiler
+    ) -> None:
+        self._in_thread = InThreadCompiler(engine)
+        self._quick = quick
+        self._elsewhere = elsewhere
+
+    def compile(self, spec: GrammarSpec) -> CompileResult:
+        if self._quick.compiles_quickly(spec):
+            return self._in_thread.compile(spec)
+        return self._elsewhere.compile(spec)
+
+    def close(self) -> None:
+        self._elsewhere.close()

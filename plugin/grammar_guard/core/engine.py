@@ -27,6 +27,11 @@ class CompiledGrammar(Protocol):
     @property
     def memory_bytes(self) -> int: ...
 
+    @property
+    def engine_name(self) -> str:
+        """The grammar library that compiled it: a metrics label, from a fixed set."""
+        ...
+
 
 class TokenMatcher(Protocol):
     """One request's position in a compiled grammar."""

@@ -47,10 +47,15 @@ class LabelledCounter(enum.Enum):
     # Requests accepted in GRAMMAR_GUARD_UNENFORCED=warn mode, once per
     # request for each JSON-Schema keyword xgrammar did not enforce.
     UNENFORCED = "unenforced"
+    # Compiles by the engine that ran them (CompiledGrammar.engine_name). The
+    # exporter folds them into grammar_guard_compiles_total{engine}, whose
+    # engine="none" is the rest of Counter.COMPILES: compiles refused before
+    # any engine ran, and grammars loaded from the persistent cache.
+    COMPILES_BY_ENGINE = "compiles"
 
     @property
     def label_name(self) -> str:
-        return "keyword"
+        return "engine" if self is LabelledCounter.COMPILES_BY_ENGINE else "keyword"
 
 
 # Compiles range from microseconds (small schemas) to tens of seconds (long
@@ -116,11 +121,18 @@ class MetricsSnapshot:
         numbers.update({f"grammar_guard_{gauge.value}": v for gauge, v in self.gauges.items()})
         numbers["grammar_guard_compile_seconds_count"] = self.compile_seconds.count
         numbers["grammar_guard_compile_seconds_sum"] = self.compile_seconds.total
-        for labelled, values in self.labelled.items():
-            for label, value in values.items():
+        for labelled in LabelledCounter:
+            for label, value in self.labelled_values(labelled).items():
                 name = f'grammar_guard_{labelled.value}_total{{{labelled.label_name}="{label}"}}'
                 numbers[name] = value
         return numbers
+
+    def labelled_values(self, counter: LabelledCounter) -> dict[str, int]:
+        """The counts of ``counter`` by label, as exported."""
+        values = dict(self.labelled[counter])
+        if counter is LabelledCounter.COMPILES_BY_ENGINE:
+            values["none"] = self.counters[Counter.COMPILES] - sum(values.values())
+        return values
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -32,7 +32,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
+from grammar_guard.core.compilers import (
+    Compiler,
+    CompileResult,
+    InThreadCompiler,
+    QuickCompileEngine,
+    QuickInThreadCompiler,
+)
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, CompileIsolation
 
@@ -290,12 +296,15 @@ def make_compiler(engine: GrammarEngine, settings: CacheSettings) -> Compiler:
     """The compiler ``GRAMMAR_GUARD_COMPILE_ISOLATION`` asks for."""
     if settings.compile_isolation is CompileIsolation.THREAD:
         return InThreadCompiler(engine)
-    return ProcessCompiler(
+    in_processes = ProcessCompiler(
         engine,
         workers=settings.compile_workers,
         kill_after_s=settings.kill_after_s,
         niceness=settings.compile_niceness,
     )
+    if isinstance(engine, QuickCompileEngine):
+        return QuickInThreadCompiler(engine, engine, in_processes)
+    return in_processes
 
 
 # -- the wire ----------------------------------------------------------------

@@ -51,10 +51,27 @@ class UnenforcedPolicy(enum.Enum):
 UNENFORCED_VARIABLE = ENV_PREFIX + "UNENFORCED"
 
 
+class EngineSelection(enum.Enum):
+    """Which grammar engine compiles a request (see docs/routing.md)."""
+
+    AUTO = "auto"  # per key: one that enforces it all, the faster of those
+    XGRAMMAR = "xgrammar"
+    LLGUIDANCE = "llguidance"
+
+
+ENGINE_VARIABLE = ENV_PREFIX + "ENGINE"
+
+
 def unenforced_policy_from_env(environ: Mapping[str, str] | None = None) -> UnenforcedPolicy:
     """``GRAMMAR_GUARD_UNENFORCED``, default ``refuse``; a bad value raises SettingsError."""
     environ = os.environ if environ is None else environ
     return _read_choice(environ, UNENFORCED_VARIABLE, UnenforcedPolicy.REFUSE)
+
+
+def engine_selection_from_env(environ: Mapping[str, str] | None = None) -> EngineSelection:
+    """``GRAMMAR_GUARD_ENGINE``, default ``auto``; a bad value raises SettingsError."""
+    environ = os.environ if environ is None else environ
+    return _read_choice(environ, ENGINE_VARIABLE, EngineSelection.AUTO)
 
 
 E = TypeVar("E", bound=enum.Enum)
@@ -97,6 +114,7 @@ class CacheSettings:
     cache_dir_max_bytes: int = 1024 * MIB
     warmup_file: Path | None = None
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+    engine: EngineSelection = EngineSelection.AUTO
 
     @property
     def ttl_s(self) -> float:
@@ -173,4 +191,5 @@ class CacheSettings:
             ),
             warmup_file=read_path("WARMUP", folder=False),
             unenforced=unenforced_policy_from_env(environ),
+            engine=engine_selection_from_env(environ),
         )

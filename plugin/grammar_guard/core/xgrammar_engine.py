@@ -81,6 +81,10 @@ class XGrammarCompiled:
     def memory_bytes(self) -> int:
         return int(self.compiled.memory_size_bytes)
 
+    @property
+    def engine_name(self) -> str:
+        return "xgrammar"
+
 
 class XGrammarMatcher:
     __slots__ = ("_matcher",)
@@ -209,6 +213,11 @@ class XGrammarEngine:
     @property
     def vocab_size(self) -> int:
         return int(self._tokenizer_info.vocab_size)
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """The tokens that end a grammar's output (xgrammar detects them if not told)."""
+        return tuple(int(token) for token in self._tokenizer_info.stop_token_ids)
 
     @functools.cached_property
     def fingerprint(self) -> str:

@@ -26,9 +26,16 @@ from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.failures import FailureClass
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.metrics import CacheMetrics
 from grammar_guard.core.process_compile import make_compiler
-from grammar_guard.core.settings import CacheSettings, UnenforcedPolicy
+from grammar_guard.core.routing import RoutedEngine
+from grammar_guard.core.settings import (
+    CacheSettings,
+    EngineSelection,
+    SettingsError,
+    UnenforcedPolicy,
+)
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
@@ -55,9 +62,15 @@ def build_engine(
     vocab_size: int,
     *,
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+    selection: EngineSelection = EngineSelection.AUTO,
 ) -> GrammarEngine:
-    """The grammar engine for vLLM's tokenizer; ``unenforced`` is GRAMMAR_GUARD_UNENFORCED."""
+    """The grammar engine for vLLM's tokenizer.
+
+    ``unenforced`` is GRAMMAR_GUARD_UNENFORCED, ``selection`` GRAMMAR_GUARD_ENGINE.
+    """
     if is_mistral_tokenizer(tokenizer):
+        if selection is not EngineSelection.XGRAMMAR:
+            logger.info("grammar-guard: Mistral tokenizer, so every request goes to xgrammar")
         # Mistral tokenizers are not Hugging Face ones; xgrammar needs the raw
         # vocabulary and whether it is byte-fallback (SentencePiece) or raw (Tekken).
         return XGrammarEngine.for_raw_vocab(
@@ -68,9 +81,30 @@ def build_engine(
             compile_threads=_compile_threads(),
             unenforced=unenforced,
         )
-    return XGrammarEngine.for_hf_tokenizer(
+    xgrammar = XGrammarEngine.for_hf_tokenizer(
         tokenizer, vocab_size, compile_threads=_compile_threads(), unenforced=unenforced
     )
+    if selection is EngineSelection.XGRAMMAR:
+        return xgrammar
+    try:
+        llguidance = LLGuidanceEngine.for_hf_tokenizer(
+            tokenizer, vocab_size, stop_token_ids=xgrammar.stop_token_ids, unenforced=unenforced
+        )
+        if selection is EngineSelection.LLGUIDANCE:
+            return llguidance
+        return RoutedEngine(xgrammar, llguidance, selection, unenforced)
+    except (AttributeError, TypeError, ValueError) as exc:  # not a fast tokenizer, or a
+        # vocabulary llguidance sizes differently from vLLM's bitmask
+        if selection is EngineSelection.LLGUIDANCE:
+            raise SettingsError(
+                f"GRAMMAR_GUARD_ENGINE=llguidance cannot serve this model: {exc}"
+            ) from exc
+        logger.warning(
+            "grammar-guard: llguidance cannot serve this model (%s); "
+            "every request goes to xgrammar",
+            exc,
+        )
+        return xgrammar
 
 
 def _report_refusal(request_id: str | None, error: BaseException) -> None:
@@ -105,7 +139,10 @@ class GrammarGuardBackend(StructuredOutputBackend):
         self.settings = CacheSettings.from_env()
         self._options = compile_options(self.vllm_config.structured_outputs_config)
         self._engine = build_engine(
-            self.tokenizer, self.vocab_size, unenforced=self.settings.unenforced
+            self.tokenizer,
+            self.vocab_size,
+            unenforced=self.settings.unenforced,
+            selection=self.settings.engine,
         )
         self.vocab_size = self._engine.vocab_size
         speculative = self.vllm_config.speculative_config

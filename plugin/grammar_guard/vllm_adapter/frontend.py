@@ -28,10 +28,10 @@ from grammar_guard import BACKEND_NAME
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
 from grammar_guard.core.rejections import Rejections
+from grammar_guard.core.routing import route
 from grammar_guard.core.schema_analysis import Finding, iter_labels
-from grammar_guard.core.settings import unenforced_policy_from_env
+from grammar_guard.core.settings import engine_selection_from_env, unenforced_policy_from_env
 from grammar_guard.core.spec import GrammarSpec
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter.metrics_export import add_local_source
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_params
 
@@ -92,9 +92,11 @@ def _check_within_deadline(spec: GrammarSpec) -> tuple[Finding, ...]:
     """Parse ``spec``; the keywords accepted unenforced (warn mode), or raise why it is refused."""
     if (known := _rejections.get(spec)) is not None:
         raise known
-    future = _parse_pool.submit(XGrammarEngine.check, spec, unenforced=unenforced_policy_from_env())
+    future = _parse_pool.submit(
+        route, spec, unenforced=unenforced_policy_from_env(), selection=engine_selection_from_env()
+    )
     try:
-        return future.result(timeout=PARSE_DEADLINE_S)
+        return future.result(timeout=PARSE_DEADLINE_S).findings
     except FutureTimeout:
         # Not remembered: a deadline miss may be load, not the grammar.
         raise InvalidGrammarError(

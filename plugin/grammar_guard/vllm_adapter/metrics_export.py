@@ -51,6 +51,9 @@ _HELP = {
     Counter.HITS: "Requests answered without starting a compile (finished or in-flight entry).",
     Counter.MISSES: "Requests that started a compile.",
     Counter.COMPILES: "Compiles that finished, successfully or not.",
+    LabelledCounter.COMPILES_BY_ENGINE: "Compiles that finished, successfully or not, by the "
+    "engine that ran them; none: refused before any engine ran, or loaded from the "
+    "persistent cache.",
     Counter.COMPILE_ERRORS: "Distinct invalid grammars found, by the API process's parse or "
     "by an engine compile.",
     Counter.COMPILE_TIMEOUTS: "Compiles that outlived their requests' timeout (once per compile).",
@@ -174,6 +177,8 @@ class _Collector:
     def collect(self) -> Iterator[Metric]:
         snapshot = metrics_snapshot()
         for counter in Counter:
+            if counter is Counter.COMPILES:  # exported by engine, below
+                continue
             family = CounterMetricFamily(f"grammar_guard_{counter.value}", _HELP[counter])
             family.add_metric([], snapshot.counters[counter])
             yield family
@@ -185,7 +190,7 @@ class _Collector:
             family = CounterMetricFamily(
                 f"grammar_guard_{labelled.value}", _HELP[labelled], labels=[labelled.label_name]
             )
-            for label, value in sorted(snapshot.labelled[labelled].items()):
+            for label, value in sorted(snapshot.labelled_values(labelled).items()):
                 family.add_metric([label], value)
             yield family
         histogram = snapshot.compile_seconds

@@ -1,0 +1,42 @@
+"""How long a path takes to fill a request's token bitmask: its cost on every decoding step.
+
+The tokens the writer fed for a schema's first valid instance (only its
+accepted prefix, if the grammar refused it) are replayed into another
+request's grammar for the same schema the way vLLM's engine drives one:
+fill the request's bitmask row, then accept the sampled token. The replay
+starts once the instance's verdict is taken, on a grammar of its own, so
+the timing cannot change any verdict; and it never offers a token the
+grammar refused, so every fill is one an engine would make.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from benchmarks.coverage.histogram import LogHistogram
+from benchmarks.coverage.writer import Grammar
+
+if TYPE_CHECKING:
+    import torch
+
+# Fills timed per schema and path: a long instance costs no more than a few
+# hundred steps of decoding.
+MAX_FILLS = 512
+# The mask percentiles the report gives: a decode step waits for the slowest
+# row of its batch, so the tail matters more than the median.
+MASK_PERCENTILES = (50, 99, 99.9)
+_REQUEST_ID = "coverage-mask"
+
+
+def time_fills(grammar: Grammar, bitmask: torch.Tensor, tokens: Sequence[int]) -> LogHistogram:
+    """The duration of the fill before each of ``tokens`` (at most MAX_FILLS), in ns."""
+    times = LogHistogram()
+    for token in tokens[:MAX_FILLS]:
+        started = time.perf_counter_ns()
+        grammar.fill_bitmask(bitmask, 0)
+        times.add(time.perf_counter_ns() - started)
+        if not grammar.accept_tokens(_REQUEST_ID, [token]):
+            break  # the writer's grammar took it, so this one should have: the log says why
+    return times

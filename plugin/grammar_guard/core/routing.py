@@ -1,0 +1,310 @@
+"""One backend, two grammar engines: each cache key goes to the engine that serves it best.
+
+The decision is made per :class:`GrammarSpec` before compiling, so it is the
+same in every process and for every request of a key:
+
+1. Only an engine that enforces every constraint of the spec is a candidate
+   (xgrammar through the schema analysis, llguidance through its own strict
+   compiler); with none, the spec is refused with the reason xgrammar gives,
+   which names where in the schema each keyword is.
+2. Among candidates, xgrammar is preferred (its typical mask is the faster),
+   unless the spec holds a string length or repetition bound that makes
+   xgrammar's compile slow (:func:`slow_for_xgrammar`), where llguidance
+   compiles in about a millisecond.
+
+``GRAMMAR_GUARD_ENGINE`` forces one engine for every key instead.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
+from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
+
+logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
+    from grammar_guard.core.schema_analysis import Finding
+
+# xgrammar unrolls a bounded string into one rule per character and checks
+# every token of the vocabulary against each. Measured on a 129k-token
+# vocabulary: about 20 ms per unit of maxLength (150 ms at 8, 1.4 s at 64,
+# seconds beyond), about 1.5 ms per unit of a regex repetition count, and
+# nothing measurable for maxItems. llguidance builds its lexer lazily and
+# compiles any of these in about a millisecond.
+SLOW_STRING_LENGTH = 8
+SLOW_REPEAT_COUNT = 64
+# Large grammars of any shape: xgrammar took 20 ms for a 30 kB enum, 0.4 s
+# for 120 kB and tens of seconds for 560 kB, llguidance 0.14 s for 560 kB.
+SLOW_SPEC_CHARS = 64 * 1024
+_STRING_BOUNDS = ("maxLength", "minLength")
+_REMEMBERED_ROUTES = 1024
+# How llguidance says it proved a schema allows nothing.
+_UNSATISFIABLE = "Unsatisfiable schema"
+# {n}, {n,} and {n,m} in a regex or a pattern.
+_REGEX_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+
+
+class EngineName(enum.Enum):
+    XGRAMMAR = "xgrammar"
+    LLGUIDANCE = "llguidance"
+
+
+@dataclass(frozen=True)
+class Route:
+    engine: EngineName
+    # The keywords accepted unenforced (warn policy only).
+    findings: tuple[Finding, ...]
+
+
+def route(
+    spec: GrammarSpec,
+    *,
+    unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+    selection: EngineSelection = EngineSelection.AUTO,
+) -> Route:
+    """The engine that serves ``spec``; raise :class:`InvalidGrammarError` if none will.
+
+    Needs no tokenizer: cheap enough for an API server's request path.
+    """
+    if selection is not EngineSelection.AUTO:
+        forced = EngineName(selection.value)
+        return _check(forced, spec, unenforced)
+    order = (
+        (EngineName.LLGUIDANCE, EngineName.XGRAMMAR)
+        if slow_for_xgrammar(spec)
+        else (EngineName.XGRAMMAR, EngineName.LLGUIDANCE)
+    )
+    refusals: dict[EngineName, InvalidGrammarError] = {}
+    for engine in order:
+        try:
+            # Strict first: an engine that drops a constraint is no candidate
+            # while another enforces it.
+            return _check(engine, spec, UnenforcedPolicy.REFUSE)
+        except InvalidGrammarError as exc:
+            refusals[engine] = exc
+    if unenforced is UnenforcedPolicy.WARN:
+        # Neither enforces all of it: xgrammar serves what it can, as before routing.
+        for engine in (EngineName.XGRAMMAR, EngineName.LLGUIDANCE):
+            try:
+                return _check(engine, spec, unenforced)
+            except InvalidGrammarError as exc:
+                refusals[engine] = exc
+    raise _clearest(refusals)
+
+
+def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammarError:
+    """The reason that tells the client most about a request no engine serves.
+
+    A schema that is itself wrong is said to be first: in xgrammar's words
+    where it found that (they are the more specific), else in llguidance's
+    when it proved the schema unsatisfiable. Otherwise xgrammar's refusal,
+    which locates each keyword it cannot enforce in the schema.
+    """
+    xgrammar = refusals.get(EngineName.XGRAMMAR)
+    llguidance = refusals.get(EngineName.LLGUIDANCE)
+    if xgrammar is not None and not isinstance(xgrammar, UnenforcedKeywordError):
+        return xgrammar
+    if llguidance is not None and _UNSATISFIABLE in llguidance.reason:
+        return llguidance
+    if xgrammar is not None:
+        return xgrammar
+    assert llguidance is not None
+    return llguidance
+
+
+_ENGINE_TYPES: dict[EngineName, type[XGrammarEngine] | type[LLGuidanceEngine]] = {
+    EngineName.XGRAMMAR: XGrammarEngine,
+    EngineName.LLGUIDANCE: LLGuidanceEngine,
+}
+
+
+def _check(engine: EngineName, spec: GrammarSpec, unenforced: UnenforcedPolicy) -> Route:
+    return Route(engine, _ENGINE_TYPES[engine].check(spec, unenforced=unenforced))
+
+
+def slow_for_xgrammar(spec: GrammarSpec) -> bool:
+    """Whether ``spec`` is large, or bounds a string or a repetition: slow for xgrammar."""
+    if len(spec.text) >= SLOW_SPEC_CHARS:
+        return True
+    if spec.kind is RequestKind.JSON_SCHEMA:
+        return _schema_is_slow(json.loads(spec.text))
+    if spec.kind in (RequestKind.REGEX, RequestKind.GRAMMAR):
+        return _repeats_are_slow(spec.text)
+    return False
+
+
+def _schema_is_slow(node: Any) -> bool:
+    pending = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                if key in _STRING_BOUNDS and isinstance(value, int | float):
+                    if value >= SLOW_STRING_LENGTH:
+                        return True
+                elif key == "pattern" and isinstance(value, str):
+                    if _repeats_are_slow(value):
+                        return True
+                elif key not in ("enum", "const", "default", "examples"):
+                    pending.append(value)
+    return False
+
+
+def _repeats_are_slow(text: str) -> bool:
+    for match in _REGEX_REPEAT.finditer(text):
+        low, high = match.group(1), match.group(2)
+        if int(high or low) >= SLOW_REPEAT_COUNT:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class RoutedCompiled:
+    engine: EngineName
+    inner: CompiledGrammar
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.inner.memory_bytes
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine.value
+
+
+@dataclass(frozen=True)
+class RoutedRecipe:
+    xgrammar: XGrammarRecipe
+    llguidance: LLGuidanceRecipe
+    selection: EngineSelection
+
+    def build(self) -> RoutedEngine:
+        return RoutedEngine(
+            self.xgrammar.build(),
+            self.llguidance.build(),
+            self.selection,
+            self.xgrammar.unenforced,
+        )
+
+
+class RoutedEngine:
+    """Both engines behind the one :class:`GrammarEngine` interface the cache and hosts use."""
+
+    def __init__(
+        self,
+        xgrammar: XGrammarEngine,
+        llguidance: LLGuidanceEngine,
+        selection: EngineSelection = EngineSelection.AUTO,
+        unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+    ) -> None:
+        if xgrammar.vocab_size != llguidance.vocab_size:
+            raise ValueError(
+                f"the engines disagree on the vocabulary size ({xgrammar.vocab_size} "
+                f"against {llguidance.vocab_size}); their bitmasks would not line up"
+            )
+        self._engines: dict[EngineName, GrammarEngine] = {
+            EngineName.XGRAMMAR: xgrammar,
+            EngineName.LLGUIDANCE: llguidance,
+        }
+        self._selection = selection
+        # Both engines were built with this same policy.
+        self._unenforced = unenforced
+
+    @property
+    def selection(self) -> EngineSelection:
+        return self._selection
+
+    @property
+    def vocab_size(self) -> int:
+        return self._engines[EngineName.XGRAMMAR].vocab_size
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for name, engine in self._engines.items():
+            digest.update(f"{name.value}={engine.fingerprint}\n".encode())
+        digest.update(self._selection.value.encode())
+        return "routed-" + digest.hexdigest()[:32]
+
+    def recipe(self) -> RoutedRecipe:
+        xgrammar = self._engines[EngineName.XGRAMMAR].recipe()
+        llguidance = self._engines[EngineName.LLGUIDANCE].recipe()
+        assert isinstance(xgrammar, XGrammarRecipe)
+        assert isinstance(llguidance, LLGuidanceRecipe)
+        return RoutedRecipe(xgrammar, llguidance, self._selection)
+
+    def route(self, spec: GrammarSpec) -> Route:
+        return self._routes(spec)
+
+    @functools.cached_property
+    def _routes(self) -> Callable[[GrammarSpec], Route]:
+        # Asked twice per compile (where, then which engine) and parsing is
+        # not free; a route is a pure function of the spec.
+        @functools.lru_cache(maxsize=_REMEMBERED_ROUTES)
+        def routes(spec: GrammarSpec) -> Route:
+            return route(spec, unenforced=self._unenforced, selection=self._selection)
+
+        return routes
+
+    def compiles_quickly(self, spec: GrammarSpec) -> bool:
+        """Whether ``spec`` goes to llguidance, whose compiles take milliseconds.
+
+        llguidance bounds its own work (lexer fuel, grammar size), so such a
+        compile needs no process to be killed in; a spec that is refused
+        compiles nowhere and is quick too.
+        """
+        try:
+            return self.route(spec).engine is EngineName.LLGUIDANCE
+        except InvalidGrammarError:
+            return True
+
+    def check(
+        self, spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+    ) -> tuple[Finding, ...]:
+        return route(spec, unenforced=unenforced, selection=self._selection).findings
+
+    def compile(self, spec: GrammarSpec) -> RoutedCompiled:
+        engine = self.route(spec).engine
+        logger.debug("grammar-guard: %s compiles with %s", spec.describe(), engine.value)
+        return RoutedCompiled(engine, self._engines[engine].compile(spec))
+
+    def new_matcher(
+        self,
+        compiled: RoutedCompiled,  # type: ignore[override]
+        *,
+        stop_token_ids: Collection[int] | None,
+        max_rollback_tokens: int,
+    ) -> TokenMatcher:
+        return self._engines[compiled.engine].new_matcher(
+            compiled.inner, stop_token_ids=stop_token_ids, max_rollback_tokens=max_rollback_tokens
+        )
+
+    def serialize(self, compiled: RoutedCompiled) -> bytes:  # type: ignore[override]
+        inner = self._engines[compiled.engine].serialize(compiled.inner)
+        return compiled.engine.value.encode() + b"\n" + inner
+
+    def deserialize(self, data: bytes) -> RoutedCompiled:
+        name, separator, inner = data.partition(b"\n")
+        try:
+            engine = EngineName(name.decode())
+        except (UnicodeDecodeError, ValueError):
+            raise ValueError("not a routed grammar: no engine name") from None
+        if not separator:
+            raise ValueError("not a routed grammar: no payload")
+        return RoutedCompiled(engine, self._engines[engine].deserialize(inner))

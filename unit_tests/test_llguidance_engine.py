@@ -1,0 +1,281 @@
+"""The llguidance engine: what it enforces, what it refuses and why, stop tokens, batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB
+
+from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.llguidance_engine import (
+    EngineDoesNotSupport,
+    LLGuidanceEngine,
+    LLGuidanceMatcher,
+)
+from grammar_guard.core.settings import UnenforcedPolicy
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+
+
+def _ids(text: str) -> list[int]:
+    return [VOCAB.index(char) for char in text]
+
+
+def _spec(kind: RequestKind, source: Any, options: Any = COMPACT) -> GrammarSpec:
+    return GrammarSpec.build(kind, source, options)
+
+
+def _matcher(
+    engine: LLGuidanceEngine, spec: GrammarSpec, stops: set[int] | None = None
+) -> LLGuidanceMatcher:
+    return engine.new_matcher(engine.compile(spec), stop_token_ids=stops, max_rollback_tokens=0)
+
+
+def _matches(engine: LLGuidanceEngine, spec: GrammarSpec, text: str) -> bool:
+    matcher = _matcher(engine, spec)
+    if not all(matcher.accept_token(token) for token in _ids(text)):
+        return False
+    return matcher.accept_token(VOCAB.index(EOS)) and matcher.is_terminated()
+
+
+def _allowed(matcher: LLGuidanceMatcher, token: str) -> bool:
+    bitmask = torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32)
+    matcher.fill_bitmask(bitmask, 0)
+    token_id = VOCAB.index(token)
+    return bool((int(bitmask[0, token_id // 32]) >> (token_id % 32)) & 1)
+
+
+OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "options", "text", "matches"),
+    [
+        (RequestKind.JSON_SCHEMA, OBJECT, COMPACT, '{"a":12}', True),
+        (RequestKind.JSON_SCHEMA, OBJECT, COMPACT, '{"a": 12}', False),
+        (RequestKind.JSON_SCHEMA, OBJECT, DEFAULT, '{ "a" : 12 }', True),
+        (RequestKind.JSON_SCHEMA, OBJECT, COMPACT, '{"b":1}', False),
+        # formats it knows are exact
+        (RequestKind.JSON_SCHEMA, {"type": "string", "format": "ipv4"}, COMPACT, '"1.2.3.4"', True),
+        (
+            RequestKind.JSON_SCHEMA,
+            {"type": "string", "format": "ipv4"},
+            COMPACT,
+            '"256.1.1.1"',
+            False,
+        ),
+        (RequestKind.JSON_SCHEMA, {"type": "string", "format": "ipv4"}, COMPACT, '"1.2.3"', False),
+        # raw control characters never get into a bounded string
+        (RequestKind.JSON_SCHEMA, {"type": "string", "maxLength": 3}, COMPACT, '"a\tb"', False),
+        (RequestKind.JSON_SCHEMA, {"type": "string", "maxLength": 3}, COMPACT, '"abcd"', False),
+        (RequestKind.JSON_OBJECT, None, COMPACT, '{"k":[1,2]}', True),
+        (RequestKind.JSON_OBJECT, None, COMPACT, "[1]", False),
+        (RequestKind.REGEX, "a+b", DEFAULT, "aab", True),
+        (RequestKind.REGEX, "a+b", DEFAULT, "b", False),
+        (RequestKind.CHOICE, ["yes", "no"], DEFAULT, "no", True),
+        (RequestKind.CHOICE, ["yes", "no"], DEFAULT, "maybe", False),
+        (RequestKind.GRAMMAR, 'root ::= "a" b\nb ::= "b"+', DEFAULT, "abb", True),
+        (RequestKind.GRAMMAR, 'start: "x" NUMBER\nNUMBER: /[0-9]+/', DEFAULT, "x12", True),
+        (RequestKind.GRAMMAR, 'start: "x" NUMBER\nNUMBER: /[0-9]+/', DEFAULT, "x", False),
+    ],
+)
+def test_each_kind_is_enforced(
+    small_llguidance: LLGuidanceEngine,
+    kind: RequestKind,
+    source: Any,
+    options: Any,
+    text: str,
+    matches: bool,
+) -> None:
+    assert _matches(small_llguidance, _spec(kind, source, options), text) is matches
+
+
+@pytest.mark.parametrize(
+    ("schema", "label"),
+    [
+        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"not": {"type": "string"}}, "not"),
+        ({"type": "string", "format": "banana"}, "format: banana"),
+    ],
+)
+def test_a_keyword_llguidance_would_not_enforce_is_refused_by_name(
+    small_llguidance: LLGuidanceEngine, schema: dict[str, Any], label: str
+) -> None:
+    spec = _spec(RequestKind.JSON_SCHEMA, schema)
+    with pytest.raises(UnenforcedKeywordError) as info:
+        LLGuidanceEngine.check(spec)
+    assert [finding.label for finding in info.value.findings] == [label]
+    with pytest.raises(UnenforcedKeywordError):
+        small_llguidance.compile(spec)
+
+
+def test_under_the_warn_policy_the_schema_compiles_and_the_findings_are_returned() -> None:
+    spec = _spec(RequestKind.JSON_SCHEMA, {"type": "array", "uniqueItems": True})
+    findings = LLGuidanceEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
+    assert [finding.keyword for finding in findings] == ["uniqueItems"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "reason"),
+    [
+        (RequestKind.REGEX, "[^\\s\\S]", "allows no output at all"),
+        (RequestKind.REGEX, "(a", "invalid regex"),
+        (RequestKind.GRAMMAR, "start: undefined_rule", "grammar"),
+        (RequestKind.JSON_SCHEMA, {"type": "integer", "minimum": 5, "maximum": 1}, "json_schema"),
+    ],
+)
+def test_an_invalid_or_unsatisfiable_grammar_is_a_clear_error(
+    small_llguidance: LLGuidanceEngine, kind: RequestKind, source: Any, reason: str
+) -> None:
+    with pytest.raises(InvalidGrammarError, match=reason):
+        small_llguidance.compile(_spec(kind, source))
+
+
+def test_structural_tags_are_left_to_another_engine(small_llguidance: LLGuidanceEngine) -> None:
+    tag = {"structures": [{"begin": "<a>", "schema": {}, "end": "</a>"}], "triggers": ["<a>"]}
+    with pytest.raises(EngineDoesNotSupport):
+        small_llguidance.compile(_spec(RequestKind.STRUCTURAL_TAG, tag))
+
+
+def test_a_request_stop_token_is_allowed_only_where_the_grammar_may_end(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    eos, eot = VOCAB.index(EOS), VOCAB.index(EOT)
+    matcher = _matcher(small_llguidance, _spec(RequestKind.REGEX, "ab"), stops={eos, eot})
+    assert not _allowed(matcher, EOT)
+    assert not matcher.accept_token(eot)
+    assert matcher.accept_token(VOCAB.index("a")) and matcher.accept_token(VOCAB.index("b"))
+    assert _allowed(matcher, EOT) and _allowed(matcher, EOS)
+    assert matcher.accept_token(eot)
+    assert matcher.is_terminated()
+
+
+def test_a_request_that_stops_on_other_tokens_does_not_stop_on_the_tokenizers(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    eos, eot = VOCAB.index(EOS), VOCAB.index(EOT)
+    matcher = _matcher(small_llguidance, _spec(RequestKind.REGEX, "a"), stops={eot})
+    assert matcher.accept_token(VOCAB.index("a"))
+    assert _allowed(matcher, EOT) and not _allowed(matcher, EOS)
+    assert not matcher.accept_token(eos)
+
+
+def test_rollback_returns_to_an_earlier_position(small_llguidance: LLGuidanceEngine) -> None:
+    eot = VOCAB.index(EOT)
+    matcher = _matcher(small_llguidance, _spec(RequestKind.REGEX, "ab|ac"), stops={eot})
+    for token in _ids("ab"):
+        assert matcher.accept_token(token)
+    assert matcher.accept_token(eot) and matcher.is_terminated()
+    matcher.rollback(2)
+    assert not matcher.is_terminated()
+    assert matcher.accept_token(VOCAB.index("c"))
+
+
+def test_a_batch_fill_writes_what_row_by_row_fills_write(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    specs = [_spec(RequestKind.REGEX, "a+"), _spec(RequestKind.JSON_SCHEMA, OBJECT)]
+    matchers = [_matcher(small_llguidance, spec) for spec in specs]
+    matchers[0].accept_token(VOCAB.index("a"))
+    width = (len(VOCAB) + 31) // 32
+    one_by_one = torch.zeros((3, width), dtype=torch.int32)
+    for row, matcher in zip((0, 2), matchers, strict=True):
+        matcher.fill_bitmask(one_by_one, row)
+    batched = torch.zeros((3, width), dtype=torch.int32)
+    LLGuidanceMatcher.fill_batch(matchers, batched, [0, 2], threads=2)
+    assert torch.equal(batched, one_by_one)
+    assert batched[0].any() and batched[2].any() and not batched[1].any()
+
+
+def test_a_serialised_grammar_loads_back_and_garbage_does_not(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    compiled = small_llguidance.compile(_spec(RequestKind.JSON_SCHEMA, OBJECT))
+    loaded = small_llguidance.deserialize(small_llguidance.serialize(compiled))
+    matcher = small_llguidance.new_matcher(loaded, stop_token_ids=None, max_rollback_tokens=0)
+    assert all(matcher.accept_token(token) for token in _ids('{"a":1}'))
+    with pytest.raises(ValueError):
+        small_llguidance.deserialize(b"\xff\xfe")
+    with pytest.raises(ValueError):
+        small_llguidance.deserialize(b'{"grammars": 7}')
+
+
+def test_the_fingerprint_names_the_policy_and_the_vocabulary(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    tokenizer = small_llguidance._tokenizer
+    warn = LLGuidanceEngine(tokenizer, unenforced=UnenforcedPolicy.WARN)
+    assert warn.fingerprint != small_llguidance.fingerprint
+    assert LLGuidanceEngine(tokenizer).fingerprint == small_llguidance.fingerprint
+
+
+def test_a_complete_output_is_terminated_only_by_its_stop_token(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    # vLLM stops masking a terminated grammar: terminating as soon as
+    # nothing but the stop token may follow would let the model run on.
+    matcher = _matcher(small_llguidance, _spec(RequestKind.CHOICE, ["yes"]))
+    assert matcher.accept_token(VOCAB.index("yes"))
+    assert not matcher.is_terminated()
+    assert _allowed(matcher, EOS) and not _allowed(matcher, "y")
+    assert matcher.accept_token(VOCAB.index(EOS)) and matcher.is_terminated()
+    assert not matcher.accept_token(VOCAB.index("y"))
+
+
+@pytest.mark.parametrize(
+    ("schema", "text", "accepted"),
+    [
+        # objects and tuples are closed, as xgrammar closes them
+        (OBJECT, '{"a":1,"b":2}', False),
+        ({"type": "array", "prefixItems": [{"type": "integer"}]}, "[1,2]", False),
+        ({"type": "array", "prefixItems": [{"type": "integer"}]}, "[1]", True),
+        # unless the schema opens them itself
+        ({**OBJECT, "additionalProperties": True}, '{"a":1,"b":2}', True),
+        ({"type": "object"}, '{"z":[1]}', True),
+        # nested objects too
+        ({"type": "array", "items": OBJECT}, '[{"a":1,"b":2}]', False),
+        # an allOf's members stay open, or the properties one adds would be forbidden
+        (
+            {"allOf": [OBJECT, {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
+            '{"a":1,"b":2}',
+            True,
+        ),
+    ],
+)
+def test_json_objects_are_closed_where_xgrammar_closes_them(
+    small_llguidance: LLGuidanceEngine, schema: dict[str, Any], text: str, accepted: bool
+) -> None:
+    assert _matches(small_llguidance, _spec(RequestKind.JSON_SCHEMA, schema), text) is accepted
+
+
+def test_a_format_llguidance_writes_loosely_is_refused_where_it_is(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    schema = {"type": "object", "properties": {"day": {"type": "string", "format": "date"}}}
+    spec = _spec(RequestKind.JSON_SCHEMA, schema)
+    with pytest.raises(UnenforcedKeywordError, match="'format: date' at /properties/day/format"):
+        small_llguidance.compile(spec)
+    findings = LLGuidanceEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
+    assert [finding.label for finding in findings] == ["format: date"]
+
+
+def test_a_refused_token_leaves_the_matcher_where_it_was(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    # vLLM checks speculative draft tokens one by one; a wrong draft must
+    # not end the request.
+    matcher = _matcher(small_llguidance, _spec(RequestKind.REGEX, "ab"))
+    assert not matcher.accept_token(VOCAB.index("b"))
+    assert matcher.accept_token(VOCAB.index("a"))
+    assert matcher.accept_token(VOCAB.index("b"))
+    assert matcher.accept_token(VOCAB.index(EOS)) and matcher.is_terminated()
+
+
+def test_a_pattern_whose_whitespace_class_llguidance_reads_narrower_is_refused() -> None:
+    # ECMA-262's \s includes U+FEFF, Rust's (llguidance's) does not: \S would let it through.
+    spec = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^\\S$"})
+    with pytest.raises(UnenforcedKeywordError, match="'pattern' at /pattern"):
+        LLGuidanceEngine.check(spec)
+    plain = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^[a-z]+$"})
+    assert LLGuidanceEngine.check(plain) == ()

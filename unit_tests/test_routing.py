@@ -1,0 +1,191 @@
+"""Routing each key to the engine that enforces it, and compiling, matching, storing there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
+
+from grammar_guard.core.bitmask_fill import fill_by_engine
+from grammar_guard.core.compilers import CompileResult, QuickInThreadCompiler
+from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.llguidance_engine import EngineDoesNotSupport, LLGuidanceEngine
+from grammar_guard.core.routing import (
+    EngineName,
+    RoutedCompiled,
+    RoutedEngine,
+    route,
+    slow_for_xgrammar,
+)
+from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+
+PLAIN = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+LONG_STRING = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 200}}}
+# xgrammar would drop allOf; llguidance merges it.
+ALL_OF = {"allOf": [{"type": "integer"}, {"minimum": 2}]}
+# llguidance does not implement propertyNames; xgrammar's path enforces it.
+PROPERTY_NAMES = {"type": "object", "propertyNames": {"pattern": "^a"}}
+NEITHER = {"type": "array", "contains": {"type": "integer"}}
+TAG = {"structures": [{"begin": "<a>", "schema": PLAIN, "end": "</a>"}], "triggers": ["<a>"]}
+
+
+def _json(schema: Any) -> GrammarSpec:
+    return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
+
+
+@pytest.fixture
+def routed(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> RoutedEngine:
+    return RoutedEngine(small.engine, small_llguidance)
+
+
+@pytest.mark.parametrize(
+    ("spec", "engine"),
+    [
+        (_json(PLAIN), EngineName.XGRAMMAR),
+        (_json(LONG_STRING), EngineName.LLGUIDANCE),
+        (_json(ALL_OF), EngineName.LLGUIDANCE),
+        (_json(PROPERTY_NAMES), EngineName.XGRAMMAR),
+        (GrammarSpec.build(RequestKind.STRUCTURAL_TAG, TAG, COMPACT), EngineName.XGRAMMAR),
+        (GrammarSpec.build(RequestKind.REGEX, "[a-z]{0,100}", COMPACT), EngineName.LLGUIDANCE),
+        (GrammarSpec.build(RequestKind.REGEX, "[a-z]{0,10}", COMPACT), EngineName.XGRAMMAR),
+    ],
+)
+def test_each_key_goes_to_an_engine_that_enforces_it_fastest(
+    spec: GrammarSpec, engine: EngineName
+) -> None:
+    assert route(spec).engine is engine
+
+
+def test_a_schema_neither_engine_enforces_is_refused_with_the_keywords_location() -> None:
+    with pytest.raises(UnenforcedKeywordError, match="'contains' at /contains"):
+        route(_json(NEITHER))
+
+
+def test_under_the_warn_policy_xgrammar_serves_what_neither_enforces() -> None:
+    chosen = route(_json(NEITHER), unenforced=UnenforcedPolicy.WARN)
+    assert chosen.engine is EngineName.XGRAMMAR
+    assert [finding.keyword for finding in chosen.findings] == ["contains"]
+
+
+def test_a_forced_engine_serves_every_key_or_says_why_not() -> None:
+    forced = EngineSelection.LLGUIDANCE
+    assert route(_json(PLAIN), selection=forced).engine is EngineName.LLGUIDANCE
+    with pytest.raises(UnenforcedKeywordError):
+        route(_json(PROPERTY_NAMES), selection=forced)
+    with pytest.raises(EngineDoesNotSupport):
+        route(GrammarSpec.build(RequestKind.STRUCTURAL_TAG, TAG, COMPACT), selection=forced)
+    assert route(_json(LONG_STRING), selection=EngineSelection.XGRAMMAR).engine is (
+        EngineName.XGRAMMAR
+    )
+
+
+@pytest.mark.parametrize(
+    ("schema", "slow"),
+    [
+        ({"type": "string", "maxLength": 8}, True),
+        ({"type": "string", "maxLength": 7}, False),
+        ({"type": "array", "items": {"type": "string", "minLength": 30}}, True),
+        ({"type": "array", "maxItems": 1000}, False),
+        ({"type": "string", "pattern": "^[a-z]{2,80}$"}, True),
+        ({"enum": [{"maxLength": 500}]}, False),  # a value, not a keyword
+        ({"enum": [f"value-{n}" for n in range(8000)]}, True),  # large whatever its shape
+    ],
+)
+def test_slow_bounds_are_found_where_they_are_keywords(schema: Any, slow: bool) -> None:
+    assert slow_for_xgrammar(_json(schema)) is slow
+
+
+def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
+    compiled = routed.compile(spec)
+    matcher = routed.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    tokens = [VOCAB.index(char) for char in text] + [VOCAB.index(EOS)]
+    return all(matcher.accept_token(token) for token in tokens) and matcher.is_terminated()
+
+
+@pytest.mark.parametrize(
+    ("schema", "text", "accepted"),
+    [
+        (PLAIN, '{"a":1}', True),
+        (PLAIN, '{"a":"x"}', False),
+        (LONG_STRING, '{"a":"hello"}', True),
+        (ALL_OF, "1", False),
+        (ALL_OF, "2", True),
+    ],
+)
+def test_the_routed_engine_enforces_through_whichever_engine_it_chose(
+    routed: RoutedEngine, schema: Any, text: str, accepted: bool
+) -> None:
+    assert _accepts(routed, _json(schema), text) is accepted
+
+
+def test_a_stored_grammar_comes_back_on_its_own_engine(routed: RoutedEngine) -> None:
+    for schema in (PLAIN, LONG_STRING):
+        compiled = routed.compile(_json(schema))
+        loaded = routed.deserialize(routed.serialize(compiled))
+        assert loaded.engine is compiled.engine
+    for garbage in (b"", b"other\n{}", b"xgrammar"):
+        with pytest.raises(ValueError):
+            routed.deserialize(garbage)
+
+
+def test_a_mixed_batch_is_filled_as_each_engine_fills_its_rows(routed: RoutedEngine) -> None:
+    matchers = [
+        routed.new_matcher(
+            routed.compile(_json(schema)), stop_token_ids=None, max_rollback_tokens=0
+        )
+        for schema in (PLAIN, LONG_STRING, PLAIN)
+    ]
+    width = (len(VOCAB) + 31) // 32
+    expected = torch.zeros((3, width), dtype=torch.int32)
+    for row, matcher in enumerate(matchers):
+        matcher.fill_bitmask(expected, row)
+    filled = torch.zeros((3, width), dtype=torch.int32)
+    fill_by_engine(matchers, filled, [0, 1, 2], threads=2)
+    assert torch.equal(filled, expected)
+
+
+def test_the_fingerprint_changes_with_the_selection(
+    small: SmallTokenizer, small_llguidance: LLGuidanceEngine
+) -> None:
+    auto = RoutedEngine(small.engine, small_llguidance)
+    forced = RoutedEngine(small.engine, small_llguidance, EngineSelection.XGRAMMAR)
+    assert auto.fingerprint != forced.fingerprint
+
+
+def test_a_schema_proved_unsatisfiable_is_refused_for_that_not_for_a_keyword(
+    routed: RoutedEngine,
+) -> None:
+    with pytest.raises(InvalidGrammarError, match="Unsatisfiable schema: incompatible types"):
+        routed.compile(_json({"allOf": [{"type": "integer"}, {"type": "string"}]}))
+
+
+class _Elsewhere:
+    """Stands in for the worker-process compiler: records what reaches it."""
+
+    def __init__(self, engine: RoutedEngine) -> None:
+        self.specs: list[GrammarSpec] = []
+        self._engine = engine
+
+    def compile(self, spec: GrammarSpec) -> CompileResult:
+        self.specs.append(spec)
+        return CompileResult(self._engine.compile(spec))
+
+    def close(self) -> None:
+        pass
+
+
+def test_llguidance_compiles_stay_in_the_thread_and_xgrammar_ones_go_elsewhere(
+    routed: RoutedEngine,
+) -> None:
+    elsewhere = _Elsewhere(routed)
+    compiler = QuickInThreadCompiler(routed, routed, elsewhere)
+    quick = compiler.compile(_json(LONG_STRING)).compiled
+    assert isinstance(quick, RoutedCompiled) and quick.engine is EngineName.LLGUIDANCE
+    with pytest.raises(UnenforcedKeywordError):
+        compiler.compile(_json(NEITHER))  # refused in the thread too
+    assert elsewhere.specs == []
+    compiler.compile(_json(PLAIN))
+    assert elsewhere.specs == [_json(PLAIN)]
