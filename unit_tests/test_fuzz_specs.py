@@ -37,7 +37,10 @@ from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 from vllm.v1.structured_output.request import get_structured_output_key
 
 import grammar_guard
+from grammar_guard.core.engine import GrammarEngine
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine
+from grammar_guard.core.routing import RoutedEngine
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key, spec_from_params
@@ -83,14 +86,14 @@ def bounded(call: Callable[[], T]) -> T:
     return value
 
 
-def compiles_unless_it_allows_nothing(small: SmallTokenizer, spec: GrammarSpec) -> None:
+def compiles_unless_it_allows_nothing(engine: GrammarEngine, spec: GrammarSpec) -> None:
     """A spec that passed the API process's check compiles, or is refused as empty.
 
     Only the compile can see the vocabulary: a check-clean regex such as
     ``~`` allows nothing with the small test vocabulary, which has no ``~``.
     """
     try:
-        compiled = bounded(lambda: small.engine.compile(spec))
+        compiled = bounded(lambda: engine.compile(spec))
     except InvalidGrammarError as exc:
         assert "allows no output at all" in exc.reason, exc.reason
         return
@@ -330,7 +333,7 @@ def test_parse_and_compile_raise_only_invalid_grammar_error_and_accepted_specs_c
     spec = _build(*kind_and_source, opts)
     if spec is None or not _checked(spec):
         return
-    compiles_unless_it_allows_nothing(small, spec)
+    compiles_unless_it_allows_nothing(small.engine, spec)
 
 
 def _structured_outputs_fields(data: st.DataObject) -> dict[str, Any]:
@@ -390,7 +393,7 @@ def test_request_conversion_refuses_with_invalid_grammar_error_and_matches_the_e
 @FUZZ
 @given(st.data())
 def test_frontend_validation_refuses_with_vllm_validation_error_and_what_it_accepts_compiles(
-    small: SmallTokenizer, data: st.DataObject
+    small: SmallTokenizer, small_llguidance: LLGuidanceEngine, data: st.DataObject
 ) -> None:
     structured = _params(data)
     if structured is None:
@@ -402,4 +405,6 @@ def test_frontend_validation_refuses_with_vllm_validation_error_and_what_it_acce
         return
     assert structured._backend == "grammar-guard"
     engine_spec = _engine_key(structured, compile_options(FRONTEND_CONFIG))
-    compiles_unless_it_allows_nothing(small, engine_spec)
+    # The API process routes; what it accepts compiles on the engine it routed to.
+    routed = RoutedEngine(small.engine, small_llguidance)
+    compiles_unless_it_allows_nothing(routed, engine_spec)
