@@ -18,9 +18,10 @@ from grammar_guard.core.routing import (
     RoutedEngine,
     route,
     slow_for_xgrammar,
+    xgrammar_over_constrains,
 )
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
-from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 
 PLAIN = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 LONG_STRING = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 200}}}
@@ -29,6 +30,10 @@ ALL_OF = {"allOf": [{"type": "integer"}, {"minimum": 2}]}
 # llguidance does not implement propertyNames; xgrammar's path enforces it.
 PROPERTY_NAMES = {"type": "object", "propertyNames": {"pattern": "^a"}}
 NEITHER = {"type": "array", "contains": {"type": "integer"}}
+# Members left open: xgrammar writes them with ", " even in compact mode.
+OPEN_MEMBER = {"type": "object", "properties": {"meta": {"type": "object"}}, "required": ["meta"]}
+BOUNDED_ANY_ARRAY = {"type": "array", "maxItems": 3}  # xgrammar admits only []
+SEARCHED_PATTERN = {"type": "string", "pattern": "^ab"}  # xgrammar matches it whole
 TAG = {"structures": [{"begin": "<a>", "schema": PLAIN, "end": "</a>"}], "triggers": ["<a>"]}
 
 
@@ -98,6 +103,38 @@ def test_slow_bounds_are_found_where_they_are_keywords(schema: Any, slow: bool) 
     assert slow_for_xgrammar(_json(schema)) is slow
 
 
+@pytest.mark.parametrize(
+    ("schema", "compact", "over"),
+    [
+        (PLAIN, True, False),
+        (OPEN_MEMBER, True, True),
+        (OPEN_MEMBER, False, False),  # with whitespace allowed, ", " is valid output
+        ({"type": "object", "additionalProperties": {}}, True, True),
+        ({"type": "array", "items": True}, True, True),
+        ({"type": "object", "properties": {"a": {"description": "anything"}}}, True, True),
+        ({"type": "object", "propertyNames": {"pattern": "^a[a-z]*$"}}, True, False),
+        (BOUNDED_ANY_ARRAY, False, True),
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": 3}, True, False),
+        (SEARCHED_PATTERN, False, True),
+        ({"type": "string", "pattern": "^ab$"}, False, False),
+        ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}}, False, True),
+        ({"enum": [{"type": "object"}]}, True, False),  # a value, not a schema
+    ],
+)
+def test_constructs_xgrammar_over_constrains_are_found_where_they_are_schemas(
+    schema: Any, compact: bool, over: bool
+) -> None:
+    options = COMPACT if compact else CompileOptions(any_whitespace=True)
+    spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, options)
+    assert xgrammar_over_constrains(spec) is over
+
+
+def test_an_over_constrained_schema_stays_on_xgrammar_when_llguidance_refuses_it() -> None:
+    # Its name pattern is matched whole by xgrammar; llguidance has no propertyNames.
+    assert xgrammar_over_constrains(_json(PROPERTY_NAMES))
+    assert route(_json(PROPERTY_NAMES)).engine is EngineName.XGRAMMAR
+
+
 def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
     compiled = routed.compile(spec)
     matcher = routed.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
@@ -113,6 +150,12 @@ def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
         (LONG_STRING, '{"a":"hello"}', True),
         (ALL_OF, "1", False),
         (ALL_OF, "2", True),
+        (OPEN_MEMBER, '{"meta":{"a":1,"b":[2,3]}}', True),
+        (OPEN_MEMBER, '{"meta":[]}', False),
+        (BOUNDED_ANY_ARRAY, "[1,2]", True),
+        (BOUNDED_ANY_ARRAY, "[1,2,3,4]", False),
+        (SEARCHED_PATTERN, '"abc"', True),
+        (SEARCHED_PATTERN, '"cab"', False),
     ],
 )
 def test_the_routed_engine_enforces_through_whichever_engine_it_chose(

@@ -25,10 +25,14 @@ import llguidance.torch as llguidance_torch
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.schema_analysis import (
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_VALUES,
     Finding,
     PatternSupport,
     join_pointer,
     pattern_problems,
+    subschemas,
 )
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
@@ -381,7 +385,7 @@ def _loosened_constraints(spec: GrammarSpec) -> tuple[Finding, ...]:
             continue
         found.extend(_loose_format(node, pointer))
         found.extend(_loose_patterns(node, pointer))
-        pending.extend(_subschemas(node, pointer))
+        pending.extend(subschemas(node, pointer))
     return tuple(found)
 
 
@@ -401,18 +405,6 @@ def _loose_patterns(node: dict[str, Any], pointer: str) -> Iterator[Finding]:
         if problems := pattern_problems(name, _PATTERNS):
             where = join_pointer(pointer, "patternProperties", name)
             yield Finding("patternProperties", where, None, "; ".join(problems))
-
-
-def _subschemas(node: dict[str, Any], pointer: str) -> Iterator[tuple[Any, str]]:
-    for keyword, value in node.items():
-        if keyword in _SCHEMA_MAPS and isinstance(value, dict):
-            for name, item in value.items():
-                yield item, join_pointer(pointer, keyword, name)
-        elif keyword in _SCHEMA_LISTS and isinstance(value, list):
-            for index, item in enumerate(value):
-                yield item, join_pointer(pointer, keyword, index)
-        elif keyword in _SCHEMA_VALUES:
-            yield value, join_pointer(pointer, keyword)
 
 
 def _unenforced_findings(reason: str) -> tuple[Finding, ...]:
@@ -477,12 +469,12 @@ def _closed(node: Any, *, in_all_of: bool) -> Any:
 
 
 def _closed_child(keyword: str, value: Any) -> Any:
-    if keyword in _SCHEMA_MAPS and isinstance(value, dict):
+    if keyword in SCHEMA_MAPS and isinstance(value, dict):
         return {name: _closed(item, in_all_of=False) for name, item in value.items()}
-    if keyword in _SCHEMA_LISTS and isinstance(value, list):
+    if keyword in SCHEMA_LISTS and isinstance(value, list):
         in_all_of = keyword == "allOf"
         return [_closed(item, in_all_of=in_all_of) for item in value]
-    if keyword in _SCHEMA_VALUES:
+    if keyword in SCHEMA_VALUES:
         return _closed(value, in_all_of=False)
     return value  # a value (enum, const, default...), not a schema
 
@@ -507,21 +499,6 @@ _PATTERNS = PatternSupport(
 )
 _OPENING_OBJECT_KEYWORDS = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
 _OPENING_ARRAY_KEYWORDS = {"items", "additionalItems", "unevaluatedItems"}
-_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
-_SCHEMA_LISTS = {"prefixItems", "anyOf", "oneOf", "allOf"}
-_SCHEMA_VALUES = {
-    "additionalProperties",
-    "unevaluatedProperties",
-    "items",
-    "additionalItems",
-    "unevaluatedItems",
-    "contains",
-    "not",
-    "if",
-    "then",
-    "else",
-    "propertyNames",
-}
 
 
 def _regex(regex: str) -> str:

@@ -10,7 +10,8 @@ same in every process and for every request of a key:
 2. Among candidates, xgrammar is preferred (its typical mask is the faster),
    unless the spec holds a string length or repetition bound that makes
    xgrammar's compile slow (:func:`slow_for_xgrammar`), where llguidance
-   compiles in about a millisecond.
+   compiles in about a millisecond, or a construct whose valid values
+   xgrammar partly refuses (:func:`xgrammar_over_constrains`).
 
 ``GRAMMAR_GUARD_ENGINE`` forces one engine for every key instead.
 """
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
+from grammar_guard.core.schema_analysis import subschemas
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
@@ -56,6 +58,18 @@ _REMEMBERED_ROUTES = 1024
 _UNSATISFIABLE = "Unsatisfiable schema"
 # {n}, {n,} and {n,m} in a regex or a pattern.
 _REGEX_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+# Keywords that say nothing about a value: a schema of only these admits any.
+_ANNOTATIONS = frozenset(
+    {"title", "description", "$schema", "$id", "$comment", "default", "examples", "deprecated"}
+)
+# Keywords that give an object's or an array's members their shape.
+_OBJECT_SHAPE = frozenset(
+    {"properties", "patternProperties", "additionalProperties", "unevaluatedProperties"}
+    | {"propertyNames", "$ref", "allOf", "anyOf", "oneOf", "enum", "const"}
+)
+_ARRAY_SHAPE = frozenset(
+    {"items", "prefixItems", "contains", "$ref", "allOf", "anyOf", "oneOf", "enum", "const"}
+)
 
 
 class EngineName(enum.Enum):
@@ -85,7 +99,7 @@ def route(
         return _check(forced, spec, unenforced)
     order = (
         (EngineName.LLGUIDANCE, EngineName.XGRAMMAR)
-        if slow_for_xgrammar(spec)
+        if slow_for_xgrammar(spec) or xgrammar_over_constrains(spec)
         else (EngineName.XGRAMMAR, EngineName.LLGUIDANCE)
     )
     refusals: dict[EngineName, InvalidGrammarError] = {}
@@ -164,6 +178,63 @@ def _schema_is_slow(node: Any) -> bool:
                 elif key not in ("enum", "const", "default", "examples"):
                     pending.append(value)
     return False
+
+
+def xgrammar_over_constrains(spec: GrammarSpec) -> bool:
+    """Whether xgrammar, as grammar-guard runs it, refuses valid values of ``spec``.
+
+    Measured on the coverage collections, where these decided every schema
+    llguidance served better (no invalid value gets through either way):
+
+    - xgrammar writes an arbitrary JSON value (a schema ``{}``, an object or
+      array schema that leaves its members open) with ``", "`` between
+      members even in compact mode, so compact output such as ``[1,2]`` is
+      refused there;
+    - an array schema with ``minItems`` or ``maxItems`` and no ``items``
+      admits only ``[]``;
+    - a ``pattern`` or ``patternProperties`` name must match the whole
+      string, where JSON Schema looks for it anywhere in the string.
+    """
+    if spec.kind is not RequestKind.JSON_SCHEMA:
+        return False
+    compact = not spec.options.any_whitespace
+    pending: list[Any] = [json.loads(spec.text)]
+    while pending:
+        node = pending.pop()
+        if node is True and compact:
+            return True
+        if not isinstance(node, dict):
+            continue
+        if _open_container(node, compact) or _searched_patterns(node):
+            return True
+        pending.extend(schema for schema, _ in subschemas(node, ""))
+    return False
+
+
+def _open_container(node: dict[str, Any], compact: bool) -> bool:
+    if not node.keys() - _ANNOTATIONS:
+        return compact  # any value at all
+    named = node.get("type")
+    types = {named} if isinstance(named, str) else set(named) if isinstance(named, list) else set()
+    if "array" in types and not _ARRAY_SHAPE & node.keys():
+        return compact or "minItems" in node or "maxItems" in node
+    return compact and "object" in types and not _OBJECT_SHAPE & node.keys()
+
+
+def _searched_patterns(node: dict[str, Any]) -> bool:
+    names = node.get("patternProperties")
+    patterns = [node.get("pattern"), *(names if isinstance(names, dict) else ())]
+    return any(isinstance(p, str) and not _anchored(p) for p in patterns)
+
+
+def _anchored(pattern: str) -> bool:
+    """Whether ``pattern`` is anchored at both ends, so matching it whole is what it asks.
+
+    Alternatives with anchors of their own (``^a|b$``) pass too: xgrammar
+    serves those, as it did before this preference existed.
+    """
+    ends_with_anchor = pattern.endswith("$") and not pattern.endswith("\\$")
+    return pattern.startswith("^") and ends_with_anchor
 
 
 def _repeats_are_slow(text: str) -> bool:

@@ -318,6 +318,41 @@ def join_pointer(base: str, *keys: str | int) -> str:
     return base + "".join("/" + pointer_token(key) for key in keys)
 
 
+# Where a schema holds subschemas: maps of them, lists of them, or one.
+SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+SCHEMA_LISTS = frozenset({"prefixItems", "anyOf", "oneOf", "allOf"})
+SCHEMA_VALUES = frozenset(
+    {
+        "additionalProperties",
+        "unevaluatedProperties",
+        "items",
+        "additionalItems",
+        "unevaluatedItems",
+        "contains",
+        "not",
+        "if",
+        "then",
+        "else",
+        "propertyNames",
+    }
+)
+
+
+def subschemas(node: Mapping[str, Any], pointer: str) -> Iterator[tuple[Any, str]]:
+    """The subschemas directly under ``node``, each with its JSON pointer."""
+    for keyword, value in node.items():
+        if keyword in SCHEMA_MAPS and isinstance(value, dict):
+            for name, item in value.items():
+                yield item, join_pointer(pointer, keyword, name)
+        elif keyword in SCHEMA_LISTS and isinstance(value, list):
+            for index, item in enumerate(value):
+                yield item, join_pointer(pointer, keyword, index)
+        elif keyword in SCHEMA_VALUES:
+            yield value, join_pointer(pointer, keyword)
+
+
 # --- the analysis -----------------------------------------------------------------
 
 
