@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
-from grammar_guard.core.schema_analysis import subschemas
+from grammar_guard.core.schema_analysis import subschemas, type_set
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
@@ -214,8 +214,7 @@ def xgrammar_over_constrains(spec: GrammarSpec) -> bool:
 def _open_container(node: dict[str, Any], compact: bool) -> bool:
     if not node.keys() - _ANNOTATIONS:
         return compact  # any value at all
-    named = node.get("type")
-    types = {named} if isinstance(named, str) else set(named) if isinstance(named, list) else set()
+    types = type_set(node.get("type"))
     if "array" in types and not _ARRAY_SHAPE & node.keys():
         return compact or "minItems" in node or "maxItems" in node
     return compact and "object" in types and not _OBJECT_SHAPE & node.keys()

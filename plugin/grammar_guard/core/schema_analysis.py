@@ -435,7 +435,7 @@ class _Analysis:
         for key, value in node.items():
             if key == keyword or not _constrains(key) or _vacuous(key, value, node):
                 continue
-            if key == "type" and self.dispatch_types(node, keyword) <= _type_set(value):
+            if key == "type" and self.dispatch_types(node, keyword) <= type_set(value):
                 continue  # every branch already has one of these types
             self.flag(
                 join_pointer(ptr, key),
@@ -1084,7 +1084,7 @@ def _integer_range(node: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return (max(lows) if lows else None, min(highs) if highs else None)
 
 
-def _type_set(value: Any) -> frozenset[str]:
+def type_set(value: Any) -> frozenset[str]:
     if isinstance(value, str):
         return _expand_number(frozenset({value}))
     if isinstance(value, list):
@@ -1141,7 +1141,7 @@ def satisfies(value: Any, keyword: str, argument: Any, node: Mapping[str, Any]) 
         return True  # the keyword does not constrain values of this type
     try:
         if keyword == "type":
-            allowed = _type_set(argument)
+            allowed = type_set(argument)
             return kind in allowed or (kind == "integer" and "number" in allowed)
         if keyword == "const":
             return json_equal(value, argument)
@@ -1251,7 +1251,7 @@ class SchemaFacts:
     def _compute_types(self, schema: dict[str, Any]) -> frozenset[str]:
         types = _ALL_TYPES
         if "type" in schema:
-            types &= _type_set(schema["type"])
+            types &= type_set(schema["type"])
         if "const" in schema:
             types &= _expand_number(frozenset({json_type(schema["const"])}))
         if isinstance(schema.get("enum"), list):
