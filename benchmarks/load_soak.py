@@ -12,8 +12,10 @@ then sends a planned mix of requests, many at once:
 
 Every answer is checked: a good request must come back 200 with output its
 schema accepts (a valid prefix when cut by ``max_tokens``), a bad one with a
-4xx naming its reason. It stops by itself after ``--requests`` requests or
-``--max-duration-s``, whichever comes first, and reports:
+4xx naming its reason. It stops by itself as soon as RSS has been flat over
+the last ``--requests`` answered requests past the cache bound, or at
+``--max-requests`` or ``--max-duration-s``, whichever comes first, and
+reports:
 
 - requests lost (no answer: a transport error or a timeout) and requests
   answered wrongly (goal: both 0);
@@ -24,7 +26,7 @@ schema accepts (a valid prefix when cut by ``max_tokens``), a bad one with a
 
 Run from the repository root (the server helpers live in ``integration_tests``):
 
-    .venv/bin/python -m benchmarks.load_soak [--requests 6000] [--concurrency 200] [--cache-mb 8]
+    .venv/bin/python -m benchmarks.load_soak [--requests 6000] [--max-requests 24000]
 
 Writes ``build/load_soak.json`` and ``build/load_soak.md``, prints the
 markdown and plots RSS over time to ``docs/img/load_soak_rss.png``.
@@ -34,12 +36,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import statistics
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
@@ -67,25 +71,31 @@ DEFAULT_PLOT = REPO / "docs" / "img" / "load_soak_rss.png"
 MIB = float(1 << 20)
 # Bad requests are about refusal under load, not upload size.
 MAX_BAD_BODY_BYTES = 64 << 10
-# Memory counts as flat when, over the measured requests (after the warm-up),
-# RSS grew by at most FLAT_SHARE of what keeping every grammar compiled
-# meanwhile would have cost, or by FLAT_FLOOR_MIB (the allocator grows in
-# steps). Past a warm-up of 6000 requests the engine core moved by 0.3 and
-# 0.4 MiB over two further passes of 6000; keeping every grammar would add
-# over 100 MiB in the CI form (compiled x grammar size).
-FLAT_SHARE = 0.25
-FLAT_FLOOR_MIB = 16.0
+# Memory counts as flat when RSS moved by at most FLAT_MIB over the judged
+# window (the allocator grows in steps of a few MiB), and only over a window
+# long enough to show a leak: keeping the grammars compiled meanwhile must
+# cost at least LEAK_TO_FLAT times that. Once level, the engine core moved by
+# 0.3 and 0.4 MiB over two further passes of 6000 requests.
+FLAT_MIB = 16.0
+LEAK_TO_FLAT = 2.0
+# Long enough for uvicorn never to close an idle connection under a request
+# while the client still counts it as fresh: the client drops idle ones after
+# 2 s, but a client loop stalled by the load reads a reply late, and that
+# late read, not the server's, starts the client's count.
+SERVER_KEEP_ALIVE_S = 60
 
 
 @dataclass(frozen=True)
 class SoakConfig:
-    requests: int = 6000  # measured, after the warm-up
-    # Sent first and checked like the rest, but left out of the memory
-    # verdict: the engine core's RSS climbs to its high-water mark over the
-    # first few thousand requests past the cache bound (docs/reliability.md).
-    warmup_requests: int = 6000
+    # The judged window: memory is flat when RSS held level over the last this
+    # many answered requests, all past the cache bound. The engine core's RSS
+    # first climbs to a high-water mark, for a few thousand requests that vary
+    # with the machine (docs/reliability.md); the run goes on until the window
+    # is level, so a leak, which never levels, runs to a cap and fails.
+    requests: int = 6000
+    max_requests: int = 24000
     concurrency: int = 200
-    max_duration_s: float = 900.0
+    max_duration_s: float = 1800.0
     request_timeout_s: float = 180.0
     bad_share: float = 0.2
     new_schema_share: float = 0.5  # of the good requests
@@ -96,7 +106,10 @@ class SoakConfig:
     seed: int = 0
 
     def server_env(self) -> dict[str, str]:
-        return {"GRAMMAR_GUARD_CACHE_MB": str(self.cache_mb)}
+        return {
+            "GRAMMAR_GUARD_CACHE_MB": str(self.cache_mb),
+            "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(SERVER_KEEP_ALIVE_S),
+        }
 
 
 def distinct_schema(serial: int) -> dict[str, Any]:
@@ -146,24 +159,20 @@ class Planned:
     case: Case
 
 
-def plan(config: SoakConfig, model: str) -> list[Planned]:
-    """The requests of one run, in sending order; the same for the same seed."""
+def planned_requests(config: SoakConfig, model: str) -> Iterator[Planned]:
+    """The requests of a run, in sending order, without end; the same for the same seed."""
     rng = random.Random(config.seed)
     refusals = small_refusals(model)
-    planned: list[Planned] = []
     new_serial = config.hot_schemas
-    for serial in range(config.warmup_requests + config.requests):
+    for serial in itertools.count():
         if rng.random() < config.bad_share:
-            planned.append(Planned("bad", rng.choice(refusals)))
+            yield Planned("bad", rng.choice(refusals))
         elif rng.random() < config.new_schema_share:
-            planned.append(
-                Planned("new", _good(serial, distinct_schema(new_serial), config.max_tokens))
-            )
+            yield Planned("new", _good(serial, distinct_schema(new_serial), config.max_tokens))
             new_serial += 1
         else:
             schema = distinct_schema(rng.randrange(config.hot_schemas))
-            planned.append(Planned("hot", _good(serial, schema, config.max_tokens)))
-    return planned
+            yield Planned("hot", _good(serial, schema, config.max_tokens))
 
 
 @dataclass(frozen=True)
@@ -193,7 +202,9 @@ class Tally:
             self.examples.append(detail)
 
 
-async def _send(client: httpx.AsyncClient, model: str, planned: Planned, tally: Tally) -> None:
+async def _send(
+    client: httpx.AsyncClient, model: str, planned: Planned, tally: Tally, run_started: float
+) -> None:
     started = time.monotonic()
     try:
         response = await client.post(
@@ -202,7 +213,10 @@ async def _send(client: httpx.AsyncClient, model: str, planned: Planned, tally: 
             headers={"Content-Type": "application/json"},
         )
     except httpx.HTTPError as exc:
-        detail = f"{planned.case.name}: {type(exc).__name__}: {exc}"
+        detail = (
+            f"{planned.case.name}, sent {started - run_started:.1f} s into the run, "
+            f"after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"
+        )
         tally.record(planned.kind, "lost", time.monotonic() - started, detail[:300])
         return
     latency = time.monotonic() - started
@@ -230,77 +244,114 @@ async def _sample(
     )
 
 
-async def _drive(
-    server: ApiServer, engine: psutil.Process, planned: list[Planned], config: SoakConfig
-) -> tuple[Tally, list[Sample], float]:
-    tally = Tally()
-    samples: list[Sample] = []
-    started = time.monotonic()
-    deadline = started + config.max_duration_s
+@dataclass
+class _Run:
+    """What the sending and the sampling of one run share."""
+
+    tally: Tally = field(default_factory=Tally)
+    samples: list[Sample] = field(default_factory=list)
+    flat: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped_by: str = ""
+
+
+async def _send_until_stopped(
+    client: httpx.AsyncClient, server: ApiServer, config: SoakConfig, run: _Run, started: float
+) -> None:
     gate = asyncio.Semaphore(config.concurrency)
-    # Idle connections are dropped before uvicorn's 5 s keep-alive timeout would
-    # close them under a request: that race would look like a lost request.
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def one(item: Planned) -> None:
+        try:
+            await _send(client, server.model, item, run.tally, started)
+        finally:
+            gate.release()
+
+    planned = itertools.islice(planned_requests(config, server.model), config.max_requests)
+    run.stopped_by = "max requests"
+    for item in planned:
+        await gate.acquire()
+        if run.flat.is_set() or time.monotonic() - started >= config.max_duration_s:
+            gate.release()
+            run.stopped_by = "flat memory" if run.flat.is_set() else "max duration"
+            break
+        task = asyncio.create_task(one(item))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+    await asyncio.gather(*in_flight)
+
+
+async def _drive(
+    server: ApiServer, engine: psutil.Process, config: SoakConfig
+) -> tuple[_Run, float]:
+    run = _Run()
+    started = time.monotonic()
+    # Idle connections are dropped well before the server's keep-alive timeout
+    # would close them under a request: that race would look like a lost request.
     limits = httpx.Limits(max_connections=config.concurrency, keepalive_expiry=2.0)
     timeout = httpx.Timeout(config.request_timeout_s)
 
     async with httpx.AsyncClient(
         base_url=server.base_url, limits=limits, timeout=timeout
     ) as client:
-
-        async def one(item: Planned) -> None:
-            async with gate:
-                if time.monotonic() >= deadline:
-                    tally.ended["not sent"] += 1
-                    return
-                await _send(client, server.model, item, tally)
-
-        sending = asyncio.gather(*(one(item) for item in planned))
+        sending = asyncio.create_task(_send_until_stopped(client, server, config, run, started))
         while not sending.done():
-            samples.append(await _sample(server, engine, started, tally))
+            run.samples.append(await _sample(server, engine, started, run.tally))
+            if memory_trend(run.samples, config.requests).flat:
+                run.flat.set()
             await asyncio.wait([sending], timeout=config.sample_interval_s)
         await sending
-    samples.append(await _sample(server, engine, started, tally))
-    return tally, samples, time.monotonic() - started
+    run.samples.append(await _sample(server, engine, started, run.tally))
+    return run, time.monotonic() - started
 
 
 @dataclass(frozen=True)
 class MemoryTrend:
-    """RSS before the load, and how it moved over the measured requests, past the cache bound."""
+    """RSS before the load, and how it moved over the judged window, past the cache bound."""
 
     baseline_mib: float
     peak_mib: float
     bound_reached_s: float | None  # when the cache first evicted
-    measured_from_s: float | None  # when the warm-up was answered, if the cache had evicted
-    drift_mib: float  # median RSS of the measured part's last quarter less its first's
+    measured_from_s: float | None  # where the judged window starts, once the run holds one
+    drift_mib: float  # median RSS of the window's last quarter less its first's
     compiled: int  # grammars compiled between those two quarters (medians likewise)
     grammar_mib: float  # the average size of a cached grammar
-    allowed_drift_mib: float
+
+    @property
+    def kept_mib(self) -> float:
+        """What RSS would have grown by over the window, had the grammars been kept."""
+        return self.compiled * self.grammar_mib
 
     @property
     def flat(self) -> bool:
-        return self.measured_from_s is not None and self.drift_mib <= self.allowed_drift_mib
+        return (
+            self.measured_from_s is not None
+            and self.kept_mib >= LEAK_TO_FLAT * FLAT_MIB
+            and self.drift_mib <= FLAT_MIB
+        )
 
 
-def memory_trend(samples: list[Sample], warmup_requests: int) -> MemoryTrend:
+def memory_trend(samples: list[Sample], window_requests: int) -> MemoryTrend:
     """Whether RSS stopped following the grammars compiled once the cache bound was reached.
 
-    Judged on the samples taken once the cache has evicted and the warm-up
-    is answered, cut in four quarters: the first and the last are compared.
-    Were compiled grammars kept beyond the bound, RSS would grow between them
-    by about ``compiled * grammar_mib``; it counts as flat when it grew by at
-    most ``FLAT_SHARE`` of that, or by ``FLAT_FLOOR_MIB``. The warm-up is left
-    out because RSS climbs to a high-water mark meanwhile, with the grammars
-    held by requests in flight and the allocator's growth, and stays there
-    (docs/reliability.md). Medians keep one step's transient allocation from
-    deciding either way.
+    Judged on the window of the last ``window_requests`` answered requests,
+    when the cache had already evicted where it starts; it is cut in four
+    quarters, and the first and the last are compared: it counts as flat when
+    RSS grew by at most ``FLAT_MIB`` between them, while keeping the grammars
+    compiled meanwhile beyond the bound would have grown it by ``kept_mib``,
+    at least ``LEAK_TO_FLAT`` times as much. What comes before the window is left out
+    because RSS first climbs to a high-water mark, with the grammars held by
+    requests in flight and the allocator's growth, and stays there
+    (docs/reliability.md); a leak never levels, so no window of it is flat.
+    Medians keep one step's transient allocation from deciding either way.
     """
     baseline = samples[0].rss_mib
     peak = max(sample.rss_mib for sample in samples)
     bounded = [sample for sample in samples if sample.evictions > 0]
     bound_reached = bounded[0].at_s if bounded else None
-    measured = [sample for sample in bounded if sample.answered >= warmup_requests]
-    if len(measured) < 8:
-        return MemoryTrend(baseline, peak, bound_reached, None, 0.0, 0, 0.0, 0.0)
+    window_from = samples[-1].answered - window_requests
+    measured = [sample for sample in bounded if sample.answered >= window_from]
+    if not bounded or bounded[0].answered > window_from or len(measured) < 8:
+        return MemoryTrend(baseline, peak, bound_reached, None, 0.0, 0, 0.0)
     start, span = measured[0].at_s, measured[-1].at_s - measured[0].at_s
     first = [s for s in measured if s.at_s < start + span / 4]
     last = [s for s in measured if s.at_s >= start + 3 * span / 4]
@@ -309,14 +360,14 @@ def memory_trend(samples: list[Sample], warmup_requests: int) -> MemoryTrend:
         statistics.median(s.compiles for s in last) - statistics.median(s.compiles for s in first)
     )
     grammar_mib = statistics.mean(s.cache_mib / s.cache_entries for s in bounded if s.cache_entries)
-    allowed = max(FLAT_FLOOR_MIB, FLAT_SHARE * compiled * grammar_mib)
-    return MemoryTrend(baseline, peak, bound_reached, start, drift, compiled, grammar_mib, allowed)
+    return MemoryTrend(baseline, peak, bound_reached, start, drift, compiled, grammar_mib)
 
 
 @dataclass(frozen=True)
 class SoakResult:
     config: SoakConfig
     seconds: float
+    stopped_by: str  # "flat memory", "max requests" or "max duration"
     ended: dict[str, int]
     failure_examples: list[str]
     latency_p50_s: float
@@ -345,7 +396,11 @@ class SoakResult:
         return {
             "date": str(date.today()),
             **asdict(self),
-            "memory": {**asdict(self.memory), "flat": self.memory.flat},
+            "memory": {
+                **asdict(self.memory),
+                "kept_mib": self.memory.kept_mib,
+                "flat": self.memory.flat,
+            },
             "lost": self.lost,
             "wrong": self.wrong,
             "restarts": self.restarts,
@@ -370,21 +425,21 @@ def _engine_pid_after(server: ApiServer) -> int | None:
 def run_soak(server: ApiServer, config: SoakConfig) -> SoakResult:
     """Drive ``server`` (started with ``config.server_env()``) and measure it."""
     engine = engine_core_process(server)
-    planned = plan(config, server.model)
-    tally, samples, seconds = asyncio.run(_drive(server, engine, planned, config))
-    latencies = sorted(tally.latencies_s) or [0.0]
+    run, seconds = asyncio.run(_drive(server, engine, config))
+    latencies = sorted(run.tally.latencies_s) or [0.0]
     return SoakResult(
         config=config,
         seconds=seconds,
-        ended=dict(tally.ended),
-        failure_examples=tally.examples,
+        stopped_by=run.stopped_by,
+        ended=dict(run.tally.ended),
+        failure_examples=run.tally.examples,
         latency_p50_s=latencies[len(latencies) // 2],
         latency_p99_s=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         engine_pid_before=engine.pid,
         engine_pid_after=_engine_pid_after(server),
         healthy_after=_healthy(server),
-        memory=memory_trend(samples, config.warmup_requests),
-        samples=samples,
+        memory=memory_trend(run.samples, config.requests),
+        samples=run.samples,
     )
 
 
@@ -393,24 +448,25 @@ def markdown(result: SoakResult) -> str:
     bound = "never" if memory.bound_reached_s is None else f"{memory.bound_reached_s:.0f} s"
     measured = "never" if memory.measured_from_s is None else f"{memory.measured_from_s:.0f} s"
     lines = [
-        f"Load soak, {result.as_json()['date']}: {config.warmup_requests} warm-up and "
-        f"{config.requests} measured requests planned, "
+        f"Load soak, {result.as_json()['date']}: memory judged over the last "
+        f"{config.requests} requests, at most {config.max_requests} sent, "
         f"{config.concurrency} at once, max_tokens={config.max_tokens}, "
-        f"GRAMMAR_GUARD_CACHE_MB={config.cache_mb:g}, {result.seconds:.0f} s.",
+        f"GRAMMAR_GUARD_CACHE_MB={config.cache_mb:g}; stopped by {result.stopped_by} "
+        f"after {result.seconds:.0f} s.",
         "",
-        "| requests | hot schema | new schema | bad | lost | wrong | not sent | restarts |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| requests | hot schema | new schema | bad | lost | wrong | restarts |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
         f"| {sum(ended.get(k, 0) for k in ('ok', 'wrong', 'lost'))} "
         f"| {ended.get('hot:ok', 0)} | {ended.get('new:ok', 0)} | {ended.get('bad:ok', 0)} "
-        f"| {result.lost} | {result.wrong} | {ended.get('not sent', 0)} | {result.restarts} |",
+        f"| {result.lost} | {result.wrong} | {result.restarts} |",
         "",
-        "| engine RSS before | peak | cache bound reached | measured from "
-        "| drift over the measured part "
-        "| grammars compiled meanwhile | allowed drift | flat | latency p50 | latency p99 |",
+        "| engine RSS before | peak | cache bound reached | judged from "
+        "| drift over the judged window "
+        "| grammars compiled meanwhile | had they been kept | flat | latency p50 | latency p99 |",
         "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         f"| {memory.baseline_mib:.0f} MiB | {memory.peak_mib:.0f} MiB | {bound} | {measured} "
         f"| {memory.drift_mib:+.1f} MiB | {memory.compiled} x {memory.grammar_mib * 1024:.0f} KiB "
-        f"| {memory.allowed_drift_mib:.1f} MiB | {'yes' if memory.flat else 'no'} "
+        f"| +{memory.kept_mib:.0f} MiB | {'yes' if memory.flat else 'no'} "
         f"| {result.latency_p50_s:.2f} s | {result.latency_p99_s:.2f} s |",
     ]
     return "\n".join(lines) + "\n"
@@ -443,7 +499,7 @@ def plot(result: SoakResult, path: Path) -> None:
     rss_axis.set_title(
         f"{answered} requests, {result.config.concurrency} at once; cache bound "
         f"{result.config.cache_mb:g} MiB (dotted), first eviction (dashed), "
-        "warm-up answered (dash-dot)",
+        "judged window (from dash-dot)",
         fontsize=9,
     )
     handles = rss_axis.get_legend_handles_labels()
@@ -459,7 +515,7 @@ def main() -> None:
     defaults = SoakConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=defaults.requests)
-    parser.add_argument("--warmup-requests", type=int, default=defaults.warmup_requests)
+    parser.add_argument("--max-requests", type=int, default=defaults.max_requests)
     parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
     parser.add_argument("--max-duration-s", type=float, default=defaults.max_duration_s)
     parser.add_argument("--bad-share", type=float, default=defaults.bad_share)
@@ -472,7 +528,7 @@ def main() -> None:
     args = parser.parse_args()
     config = SoakConfig(
         requests=args.requests,
-        warmup_requests=args.warmup_requests,
+        max_requests=args.max_requests,
         concurrency=args.concurrency,
         max_duration_s=args.max_duration_s,
         bad_share=args.bad_share,

@@ -1,13 +1,14 @@
 """The load soak in its short CI form: nothing lost, no restart, memory flat past the cache bound.
 
-One run of ``benchmarks/load_soak.py`` against its own server: 8000
-requests, 150 at once, a fifth of them bad, half of the good ones with a
-schema never seen before (about 200 KiB compiled each), and a 4 MiB compile
-cache, so the cache is full within seconds and evicts for the rest of the
-run. The engine's RSS climbs to a high-water mark over the first few
-thousand requests, which is why memory is judged on the last 2000, after a
-warm-up of 6000 (``memory_trend``). The full soak is ``python -m
-benchmarks.load_soak``; docs/reliability.md has its figures.
+One run of ``benchmarks/load_soak.py`` against its own server, 150 requests
+at once, a fifth of them bad, half of the good ones with a schema never seen
+before (100 to 200 KiB compiled each), and a 4 MiB compile cache, so the cache
+is full within seconds and evicts for the rest of the run. The engine's RSS
+climbs to a high-water mark over the first several thousand requests, a
+number that varies with the machine, so the run goes on until RSS has held
+level over the last 2000 (``memory_trend``), or fails at 20000 requests or
+10 minutes. The full soak is ``python -m benchmarks.load_soak``;
+docs/reliability.md has its figures.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from integration_tests.server import start_api_server
 pytestmark = pytest.mark.engine
 
 CONFIG = SoakConfig(
-    requests=2000, warmup_requests=6000, concurrency=150, max_duration_s=600.0, cache_mb=4.0
+    requests=2000, max_requests=20000, concurrency=150, max_duration_s=600.0, cache_mb=4.0
 )
 
 
@@ -51,5 +52,6 @@ def test_the_engine_never_restarted(soak: SoakResult) -> None:
 
 def test_memory_is_flat_once_the_cache_bound_is_reached(soak: SoakResult) -> None:
     assert soak.memory.bound_reached_s is not None, "the cache never evicted"
-    assert soak.memory.measured_from_s is not None, "the warm-up took the whole run"
-    assert soak.memory.flat, soak.memory
+    # RSS every ten seconds, by requests answered: what a failure needs explained.
+    outline = [(sample.answered, round(sample.rss_mib)) for sample in soak.samples[::20]]
+    assert soak.memory.flat, (soak.stopped_by, soak.memory, outline)
