@@ -312,7 +312,7 @@ class MemoryTrend:
     peak_mib: float
     bound_reached_s: float | None  # when the cache first evicted
     measured_from_s: float | None  # where the judged window starts, once the run holds one
-    drift_mib: float  # median RSS of the window's last quarter less its first's
+    drift_mib: float  # median RSS of the window's last quarter less its first's lowest
     compiled: int  # grammars compiled between those two quarters (medians likewise)
     grammar_mib: float  # the average size of a cached grammar
 
@@ -335,14 +335,16 @@ def memory_trend(samples: list[Sample], window_requests: int) -> MemoryTrend:
 
     Judged on the window of the last ``window_requests`` answered requests,
     when the cache had already evicted where it starts; it is cut in four
-    quarters, and the first and the last are compared: it counts as flat when
-    RSS grew by at most ``FLAT_MIB`` between them, while keeping the grammars
-    compiled meanwhile beyond the bound would have grown it by ``kept_mib``,
-    at least ``LEAK_TO_FLAT`` times as much. What comes before the window is left out
-    because RSS first climbs to a high-water mark, with the grammars held by
-    requests in flight and the allocator's growth, and stays there
-    (docs/reliability.md); a leak never levels, so no window of it is flat.
-    Medians keep one step's transient allocation from deciding either way.
+    quarters. It counts as flat when the median RSS of the last quarter is at
+    most ``FLAT_MIB`` above the lowest of the first, while keeping the
+    grammars compiled between them beyond the bound would have grown RSS by
+    ``kept_mib``, at least ``LEAK_TO_FLAT`` times as much. What comes before
+    the window is left out because RSS first climbs to a high-water mark, with
+    the grammars held by requests in flight and the allocator's growth, and
+    stays there (docs/reliability.md); a leak never levels, so no window of it
+    is flat. The lowest of the first quarter keeps the end of that climb out
+    of a flat window; the median of the last keeps one transient allocation
+    from deciding.
     """
     baseline = samples[0].rss_mib
     peak = max(sample.rss_mib for sample in samples)
@@ -355,7 +357,7 @@ def memory_trend(samples: list[Sample], window_requests: int) -> MemoryTrend:
     start, span = measured[0].at_s, measured[-1].at_s - measured[0].at_s
     first = [s for s in measured if s.at_s < start + span / 4]
     last = [s for s in measured if s.at_s >= start + 3 * span / 4]
-    drift = statistics.median(s.rss_mib for s in last) - statistics.median(s.rss_mib for s in first)
+    drift = statistics.median(s.rss_mib for s in last) - min(s.rss_mib for s in first)
     compiled = int(
         statistics.median(s.compiles for s in last) - statistics.median(s.compiles for s in first)
     )
