@@ -244,46 +244,45 @@ async def _sample(
     )
 
 
-@dataclass
-class _Run:
-    """What the sending and the sampling of one run share."""
-
-    tally: Tally = field(default_factory=Tally)
-    samples: list[Sample] = field(default_factory=list)
-    flat: asyncio.Event = field(default_factory=asyncio.Event)
-    stopped_by: str = ""
-
-
 async def _send_until_stopped(
-    client: httpx.AsyncClient, server: ApiServer, config: SoakConfig, run: _Run, started: float
-) -> None:
+    client: httpx.AsyncClient,
+    server: ApiServer,
+    config: SoakConfig,
+    tally: Tally,
+    flat: asyncio.Event,
+    started: float,
+) -> str:
+    """Send until ``flat`` is set or a cap is reached; why it stopped."""
     gate = asyncio.Semaphore(config.concurrency)
     in_flight: set[asyncio.Task[None]] = set()
 
     async def one(item: Planned) -> None:
         try:
-            await _send(client, server.model, item, run.tally, started)
+            await _send(client, server.model, item, tally, started)
         finally:
             gate.release()
 
     planned = itertools.islice(planned_requests(config, server.model), config.max_requests)
-    run.stopped_by = "max requests"
+    stopped_by = "max requests"
     for item in planned:
         await gate.acquire()
-        if run.flat.is_set() or time.monotonic() - started >= config.max_duration_s:
+        if flat.is_set() or time.monotonic() - started >= config.max_duration_s:
             gate.release()
-            run.stopped_by = "flat memory" if run.flat.is_set() else "max duration"
+            stopped_by = "flat memory" if flat.is_set() else "max duration"
             break
         task = asyncio.create_task(one(item))
         in_flight.add(task)
         task.add_done_callback(in_flight.discard)
     await asyncio.gather(*in_flight)
+    return stopped_by
 
 
 async def _drive(
     server: ApiServer, engine: psutil.Process, config: SoakConfig
-) -> tuple[_Run, float]:
-    run = _Run()
+) -> tuple[Tally, list[Sample], str, float]:
+    tally = Tally()
+    samples: list[Sample] = []
+    flat = asyncio.Event()
     started = time.monotonic()
     # Idle connections are dropped well before the server's keep-alive timeout
     # would close them under a request: that race would look like a lost request.
@@ -293,15 +292,17 @@ async def _drive(
     async with httpx.AsyncClient(
         base_url=server.base_url, limits=limits, timeout=timeout
     ) as client:
-        sending = asyncio.create_task(_send_until_stopped(client, server, config, run, started))
+        sending = asyncio.create_task(
+            _send_until_stopped(client, server, config, tally, flat, started)
+        )
         while not sending.done():
-            run.samples.append(await _sample(server, engine, started, run.tally))
-            if memory_trend(run.samples, config.requests).flat:
-                run.flat.set()
+            samples.append(await _sample(server, engine, started, tally))
+            if memory_trend(samples, config.requests).flat:
+                flat.set()
             await asyncio.wait([sending], timeout=config.sample_interval_s)
-        await sending
-    run.samples.append(await _sample(server, engine, started, run.tally))
-    return run, time.monotonic() - started
+        stopped_by = await sending
+    samples.append(await _sample(server, engine, started, tally))
+    return tally, samples, stopped_by, time.monotonic() - started
 
 
 @dataclass(frozen=True)
@@ -427,21 +428,21 @@ def _engine_pid_after(server: ApiServer) -> int | None:
 def run_soak(server: ApiServer, config: SoakConfig) -> SoakResult:
     """Drive ``server`` (started with ``config.server_env()``) and measure it."""
     engine = engine_core_process(server)
-    run, seconds = asyncio.run(_drive(server, engine, config))
-    latencies = sorted(run.tally.latencies_s) or [0.0]
+    tally, samples, stopped_by, seconds = asyncio.run(_drive(server, engine, config))
+    latencies = sorted(tally.latencies_s) or [0.0]
     return SoakResult(
         config=config,
         seconds=seconds,
-        stopped_by=run.stopped_by,
-        ended=dict(run.tally.ended),
-        failure_examples=run.tally.examples,
+        stopped_by=stopped_by,
+        ended=dict(tally.ended),
+        failure_examples=tally.examples,
         latency_p50_s=latencies[len(latencies) // 2],
         latency_p99_s=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         engine_pid_before=engine.pid,
         engine_pid_after=_engine_pid_after(server),
         healthy_after=_healthy(server),
-        memory=memory_trend(run.samples, config.requests),
-        samples=run.samples,
+        memory=memory_trend(samples, config.requests),
+        samples=samples,
     )
 
 

@@ -17,6 +17,7 @@ import pytest
 import xgrammar as xgr
 
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
+from grammar_guard.core.routing import RoutedEngine
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
 
@@ -109,3 +110,9 @@ class _SmallVocabulary:
 @pytest.fixture(scope="session")
 def small_llguidance() -> LLGuidanceEngine:
     return LLGuidanceEngine(llguidance.LLTokenizer(_SmallVocabulary()))
+
+
+@pytest.fixture(scope="session")
+def routed(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> RoutedEngine:
+    """Both small engines, routed per spec as the backend routes them."""
+    return RoutedEngine(small.engine, small_llguidance)

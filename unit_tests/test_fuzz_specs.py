@@ -39,7 +39,6 @@ from vllm.v1.structured_output.request import get_structured_output_key
 import grammar_guard
 from grammar_guard.core.engine import GrammarEngine
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.routing import RoutedEngine
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
@@ -393,7 +392,7 @@ def test_request_conversion_refuses_with_invalid_grammar_error_and_matches_the_e
 @FUZZ
 @given(st.data())
 def test_frontend_validation_refuses_with_vllm_validation_error_and_what_it_accepts_compiles(
-    small: SmallTokenizer, small_llguidance: LLGuidanceEngine, data: st.DataObject
+    routed: RoutedEngine, data: st.DataObject
 ) -> None:
     structured = _params(data)
     if structured is None:
@@ -406,5 +405,4 @@ def test_frontend_validation_refuses_with_vllm_validation_error_and_what_it_acce
     assert structured._backend == "grammar-guard"
     engine_spec = _engine_key(structured, compile_options(FRONTEND_CONFIG))
     # The API process routes; what it accepts compiles on the engine it routed to.
-    routed = RoutedEngine(small.engine, small_llguidance)
     compiles_unless_it_allows_nothing(routed, engine_spec)

@@ -41,11 +41,6 @@ def _json(schema: Any) -> GrammarSpec:
     return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
 
 
-@pytest.fixture
-def routed(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> RoutedEngine:
-    return RoutedEngine(small.engine, small_llguidance)
-
-
 @pytest.mark.parametrize(
     ("spec", "engine"),
     [
