@@ -9,12 +9,10 @@ import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
 from grammar_guard.core.bitmask_fill import fill_by_engine
-from grammar_guard.core.compilers import CompileResult, QuickInThreadCompiler
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import EngineDoesNotSupport, LLGuidanceEngine
 from grammar_guard.core.routing import (
     EngineName,
-    RoutedCompiled,
     RoutedEngine,
     route,
     slow_for_xgrammar,
@@ -198,32 +196,3 @@ def test_a_schema_proved_unsatisfiable_is_refused_for_that_not_for_a_keyword(
 ) -> None:
     with pytest.raises(InvalidGrammarError, match="Unsatisfiable schema: incompatible types"):
         routed.compile(_json({"allOf": [{"type": "integer"}, {"type": "string"}]}))
-
-
-class _Elsewhere:
-    """Stands in for the worker-process compiler: records what reaches it."""
-
-    def __init__(self, engine: RoutedEngine) -> None:
-        self.specs: list[GrammarSpec] = []
-        self._engine = engine
-
-    def compile(self, spec: GrammarSpec) -> CompileResult:
-        self.specs.append(spec)
-        return CompileResult(self._engine.compile(spec))
-
-    def close(self) -> None:
-        pass
-
-
-def test_llguidance_compiles_stay_in_the_thread_and_xgrammar_ones_go_elsewhere(
-    routed: RoutedEngine,
-) -> None:
-    elsewhere = _Elsewhere(routed)
-    compiler = QuickInThreadCompiler(routed, routed, elsewhere)
-    quick = compiler.compile(_json(LONG_STRING)).compiled
-    assert isinstance(quick, RoutedCompiled) and quick.engine is EngineName.LLGUIDANCE
-    with pytest.raises(UnenforcedKeywordError):
-        compiler.compile(_json(NEITHER))  # refused in the thread too
-    assert elsewhere.specs == []
-    compiler.compile(_json(PLAIN))
-    assert elsewhere.specs == [_json(PLAIN)]

@@ -115,9 +115,13 @@ class GrammarCache(Generic[K, V]):
         clock: Clock = time.monotonic,
         metrics: CacheMetrics | None = None,
         on_new_deadline: Callable[[], None] | None = None,
+        executor_for: Callable[[K], Executor] | None = None,
     ) -> None:
         self._compile_fn = compile_fn
         self._executor = executor
+        # Which executor a key's compile is queued on, where keys differ in
+        # how long they compile; ``executor`` for every key by default.
+        self._executor_for = executor_for
         self._settings = settings
         self._size_of = size_of
         self._clock = clock
@@ -239,8 +243,9 @@ class GrammarCache(Generic[K, V]):
     # -- compile jobs -----------------------------------------------------
 
     def _submit(self, job: _Job[K, V]) -> None:
+        executor = self._executor if self._executor_for is None else self._executor_for(job.key)
         try:
-            self._executor.submit(self._run, job)
+            executor.submit(self._run, job)
         except RuntimeError as exc:  # the executor is shut down
             self._abandon(job, exc)
 

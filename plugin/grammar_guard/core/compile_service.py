@@ -28,7 +28,12 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from grammar_guard.core.cache import Admission, Clock, DeadlineWatcher, GrammarCache
-from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
+from grammar_guard.core.compilers import (
+    Compiler,
+    CompileResult,
+    InThreadCompiler,
+    quick_compile_predicate,
+)
 from grammar_guard.core.disk_store import DiskStore
 from grammar_guard.core.metrics import CacheMetrics, LabelledCounter
 from grammar_guard.core.priority import lower_current_thread
@@ -37,6 +42,11 @@ if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
     from grammar_guard.core.settings import CacheSettings
     from grammar_guard.core.spec import GrammarSpec
+
+
+# Quick compiles take milliseconds each; two threads keep a burst of new keys
+# moving without taking every core from the decoding loop.
+QUICK_LANE_THREADS = 2
 
 
 class _Tracked:
@@ -61,8 +71,8 @@ class _Tracked:
             self._pending.discard(future)
 
 
-class _CompilePool(Executor):
-    """The compile threads; a task may defer work until after it has returned.
+class _Lane(Executor):
+    """One group of compile threads; a task may defer work until after it has returned.
 
     The cache resolves a compile's waiting requests at the end of its task,
     so work deferred by the compile function (storing the grammar) starts
@@ -71,49 +81,94 @@ class _CompilePool(Executor):
 
     def __init__(
         self,
+        name: str,
         workers: int,
         follow_ups: Callable[[Callable[[], None]], None],
+        tracked: _Tracked,
+        deferred: threading.local,
         *,
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
     ) -> None:
         self._threads = ThreadPoolExecutor(
             max_workers=workers,
-            thread_name_prefix="grammar-guard-compile",
+            thread_name_prefix=name,
             initializer=initializer,
             initargs=initargs,
         )
         self._follow_ups = follow_ups
-        self._local = threading.local()
-        self.tracked = _Tracked()
+        self._tracked = tracked
+        self._deferred = deferred
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         future = self._threads.submit(self._run, functools.partial(fn, *args, **kwargs))
-        self.tracked.add(future)
+        self._tracked.add(future)
         return future
-
-    def defer(self, task: Callable[[], None]) -> None:
-        """Run ``task`` (elsewhere) after the current task returns; call from a compile task."""
-        self._local.deferred.append(task)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._threads.shutdown(wait=wait, cancel_futures=cancel_futures)
 
     def _run(self, task: Callable[[], Any]) -> Any:
-        self._local.deferred = []
+        self._deferred.tasks = []
         try:
             return task()
         finally:
-            for deferred in self._local.deferred:
+            for deferred in self._deferred.tasks:
                 self._follow_ups(deferred)
+
+
+class _CompilePool:
+    """The compile threads, in two lanes, so that a quick compile never queues behind a slow one.
+
+    - The quick lane runs compiles that take milliseconds (the engine says
+      which, before compiling) at the engine's own priority: a new key's
+      first request is served within about its compile time even while
+      every core is busy decoding, where a thread at nice +19 would get a
+      seventieth of a core.
+    - The isolated lane runs every other compile at
+      ``GRAMMAR_GUARD_COMPILE_NICENESS`` (in a worker process by default),
+      so that seconds of compiling never slow the engine's decoding loop.
+
+    A quick lane's threads are started by the thread that first submits to
+    them (the engine's), and so run at its priority.
+    """
+
+    def __init__(
+        self, settings: CacheSettings, follow_ups: Callable[[Callable[[], None]], None]
+    ) -> None:
+        self.tracked = _Tracked()
+        self._deferred = threading.local()
+        self.quick = _Lane(
+            "grammar-guard-quick-compile",
+            QUICK_LANE_THREADS,
+            follow_ups,
+            self.tracked,
+            self._deferred,
+        )
+        self.isolated = _Lane(
+            "grammar-guard-compile",
+            settings.compile_workers,
+            follow_ups,
+            self.tracked,
+            self._deferred,
+            **_at_compile_priority(settings),
+        )
+
+    def defer(self, task: Callable[[], None]) -> None:
+        """Run ``task`` (elsewhere) after the current task returns; call from a compile task."""
+        self._deferred.tasks.append(task)
+
+    def shutdown(self) -> None:
+        for lane in (self.quick, self.isolated):
+            lane.shutdown(wait=False, cancel_futures=True)
 
 
 def _at_compile_priority(settings: CacheSettings) -> dict[str, Any]:
     """Thread-pool arguments that start each thread at ``GRAMMAR_GUARD_COMPILE_NICENESS``.
 
-    The pool's threads compile (in-thread isolation) or load what a worker
-    process compiled and what the disk holds, seconds of CPU for a large
-    grammar; the engine's own threads must win the CPU from them.
+    The isolated lane's threads compile (in-thread isolation) or load what a
+    worker process compiled, and the disk writer serialises: seconds of CPU
+    for a large grammar, which the engine's own threads must win from them.
     """
     return {"initializer": lower_current_thread, "initargs": (settings.compile_niceness,)}
 
@@ -151,18 +206,18 @@ class CompileService:
             self._writer = ThreadPoolExecutor(
                 1, thread_name_prefix="grammar-guard-disk", **_at_compile_priority(settings)
             )
-        self._pool = _CompilePool(
-            settings.compile_workers, self._start_write, **_at_compile_priority(settings)
-        )
+        self._pool = _CompilePool(settings, self._start_write)
+        self._is_quick = quick_compile_predicate(engine)
         self._watcher = DeadlineWatcher(clock)
         self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
             self._fill,
-            self._pool,
+            self._pool.isolated,
             settings,
             size_of=lambda compiled: compiled.memory_bytes,
             clock=clock,
             metrics=self.metrics,
             on_new_deadline=self._watcher.notify,
+            executor_for=self._lane_for,
         )
         self._watcher.start(self.cache)
 
@@ -186,10 +241,13 @@ class CompileService:
         """
         self._watcher.stop()
         self.cache.close(reason)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
         self._compiler.close()
         if self._writer is not None:
             self._writer.shutdown(wait=False)
+
+    def _lane_for(self, spec: GrammarSpec) -> Executor:
+        return self._pool.quick if self._is_quick(spec) else self._pool.isolated
 
     def _fill(self, spec: GrammarSpec) -> CompiledGrammar:
         """The cache's compile function; runs on the compile pool."""

@@ -8,6 +8,7 @@ grammar does not pay for serialising it a second time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -51,22 +52,39 @@ class QuickCompileEngine(Protocol):
     def compiles_quickly(self, spec: GrammarSpec) -> bool: ...
 
 
+def quick_compile_predicate(engine: GrammarEngine) -> Callable[[GrammarSpec], bool]:
+    """Which specs compile in milliseconds, by ``engine``'s own prediction; none if it has none.
+
+    The predicate runs on the thread admitting a request (the engine's
+    loop), once per new key, and never raises: a spec it cannot judge is
+    not quick.
+    """
+    if not isinstance(engine, QuickCompileEngine):
+        return lambda _spec: False
+
+    def is_quick(spec: GrammarSpec) -> bool:
+        try:
+            return engine.compiles_quickly(spec)
+        except Exception:
+            return False
+
+    return is_quick
+
+
 class QuickInThreadCompiler:
     """Compiles the specs its engine says are quick in the caller's thread, others elsewhere.
 
     A millisecond compile sent to a worker process would pay more for the
-    round trip than for the compile, and would queue behind slow ones.
+    round trip than for the compile, and would wait for a worker to start.
     """
 
-    def __init__(
-        self, engine: GrammarEngine, quick: QuickCompileEngine, elsewhere: Compiler
-    ) -> None:
+    def __init__(self, engine: GrammarEngine, elsewhere: Compiler) -> None:
         self._in_thread = InThreadCompiler(engine)
-        self._quick = quick
+        self._is_quick = quick_compile_predicate(engine)
         self._elsewhere = elsewhere
 
     def compile(self, spec: GrammarSpec) -> CompileResult:
-        if self._quick.compiles_quickly(spec):
+        if self._is_quick(spec):
             return self._in_thread.compile(spec)
         return self._elsewhere.compile(spec)
 

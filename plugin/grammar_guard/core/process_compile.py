@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.compilers import (
@@ -120,6 +121,12 @@ class ProcessCompiler:
         self._recipe = tempfile.TemporaryFile()  # noqa: SIM115
         self._recipe.write(pickle.dumps(engine.recipe(), protocol=pickle.HIGHEST_PROTOCOL))
         self._recipe.flush()
+        # Every worker is started from this one thread, made here on the
+        # engine's thread: a process inherits the nice value of the thread
+        # that starts it, and a replacement started from a compile thread at
+        # nice +19 would take minutes to import torch on a busy machine.
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="grammar-guard-worker-start")
+        self._starter.submit(lambda: None).result()
         self._changed = threading.Condition()
         self._closed = False
         self._live: set[_Worker] = set()
@@ -171,6 +178,7 @@ class ProcessCompiler:
         # A busy worker's socket belongs to the thread using it, which closes it.
         for worker in idle:
             worker.connection.close()
+        self._starter.shutdown(wait=False)
         self._recipe.close()
 
     # -- the pool ------------------------------------------------------------
@@ -222,6 +230,11 @@ class ProcessCompiler:
 
     def _start_worker(self) -> _Worker:
         """Start a worker process; called with the lock held, so close() cannot miss it."""
+        worker = self._starter.submit(self._spawn).result()
+        self._live.add(worker)
+        return worker
+
+    def _spawn(self) -> _Worker:
         ours, theirs = socket.socketpair()
         recipe_fd = self._recipe.fileno()
         arguments = [theirs.fileno(), recipe_fd, os.getpid(), self._niceness]
@@ -237,9 +250,7 @@ class ProcessCompiler:
             raise
         finally:
             theirs.close()  # the worker's copy is the only one left: its exit closes the socket
-        worker = _Worker(process, ours)
-        self._live.add(worker)
-        return worker
+        return _Worker(process, ours)
 
     # -- one compile ---------------------------------------------------------
 
@@ -303,7 +314,7 @@ def make_compiler(engine: GrammarEngine, settings: CacheSettings) -> Compiler:
         niceness=settings.compile_niceness,
     )
     if isinstance(engine, QuickCompileEngine):
-        return QuickInThreadCompiler(engine, engine, in_processes)
+        return QuickInThreadCompiler(engine, in_processes)
     return in_processes
 
 

@@ -1,0 +1,370 @@
+"""The first request of each kind on a fresh server, while every core is busy decoding.
+
+What a new operator meets: vLLM's OpenAI-compatible server with grammar-guard
+and default settings, just reported healthy, already decoding a batch of
+long unconstrained requests, when the first request of each kind arrives
+(JSON schema, regex, choice, EBNF and Lark grammars, structural tag,
+``json_object``). Each of those is a key never seen before, so each pays a
+compile.
+
+Every constrained request is sent together with an unconstrained twin (same
+prompt, same length), and both are streamed: the twin's time to its first
+token is what the server's scheduling and the decode load cost anyway, so
+``constrained - twin`` is what the grammar cost the request (its compile,
+waiting for it, and masking its first token). ``--rounds`` repeats the set
+with fresh keys (each round's specs differ by a salt) for percentiles.
+
+Run from the repository root:
+
+    .venv/bin/python -m benchmarks.first_request [--rounds 5] [--load 16]
+
+It prints a markdown table (``docs/reliability.md`` keeps one, with the
+command and date) and writes ``build/first_request.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import psutil
+from integration_tests.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
+
+from grammar_guard.core.settings import ENV_PREFIX as SETTINGS_PREFIX
+from grammar_guard.core.spec import CompileOptions
+from grammar_guard.core.xgrammar_engine import grammar_is_lark
+from grammar_guard.demo.cases import CASES, Case
+from grammar_guard.demo.tiny_model import build_tiny_model
+
+if TYPE_CHECKING:
+    from vllm import LLM
+    from vllm.outputs import RequestOutput
+
+    from grammar_guard.core.engine import GrammarEngine
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = REPO / "build" / "first_request.json"
+JSON_OBJECT_CASE = Case("json_object", {"json_object": True}, lambda text: None)
+KINDS: tuple[Case, ...] = (*CASES, JSON_OBJECT_CASE)
+# Long enough that a load request outlives the measurement; the tiny model's
+# context is 1024 tokens.
+LOAD_MAX_TOKENS = 900
+# Enough for every case to finish, so each output can be checked whole.
+MEASURED_MAX_TOKENS = 64
+REQUEST_TIMEOUT_S = 300.0
+PROMPT = "Answer: "
+# What the server's disable_any_whitespace flag (GRAMMAR_GUARD_FLAGS) asks for.
+COMPACT_JSON = CompileOptions(any_whitespace=False)
+
+
+@dataclass(frozen=True)
+class Timing:
+    kind: str
+    round: int
+    constrained_s: float  # time to the constrained request's first token
+    twin_s: float  # the same for its unconstrained twin
+    text: str
+    finish_reason: str | None
+    # The same spec compiled in this process, on the same load, just before.
+    compile_s: float
+
+    @property
+    def overhead_s(self) -> float:
+        return self.constrained_s - self.twin_s
+
+
+@dataclass
+class FirstRequestResult:
+    timings: list[Timing] = field(default_factory=list)
+    # Whole-machine CPU use while the constrained requests ran (100 = every core).
+    cpu_percent: float = 0.0
+    compile_seconds: float = 0.0  # the server's compile-time histogram sum, all compiles
+
+    def overheads(self) -> list[float]:
+        return sorted(timing.overhead_s for timing in self.timings)
+
+
+def salted(case: Case, salt: int) -> dict[str, Any]:
+    """``case``'s structured_outputs as a key the server has not seen (salt 0 is the case)."""
+    body = copy.deepcopy(case.structured_outputs)
+    if salt == 0:
+        return body
+    tag = f"r{salt}"
+    if "json" in body:
+        body["json"]["title"] = tag  # an annotation: the same language, another key
+    elif "regex" in body:
+        body["regex"] = f"{body['regex']}|{tag}"
+    elif "choice" in body:
+        body["choice"] = [*body["choice"], tag]
+    elif "grammar" in body:
+        comment = "//" if grammar_is_lark(body["grammar"]) else "#"
+        body["grammar"] += f"\n{comment} {tag}"
+    elif "structural_tag" in body:
+        tagged = json.loads(body["structural_tag"])
+        tagged["format"]["content"]["json_schema"]["title"] = tag
+        body["structural_tag"] = json.dumps(tagged)
+    elif "json_object" in body:
+        body = {"json": {"type": "object", "title": tag}}
+    return body
+
+
+async def _first_token(
+    client: httpx.AsyncClient, model: str, extra: Mapping[str, Any], max_tokens: int
+) -> tuple[float, str, str | None]:
+    """Seconds to the first streamed token, the whole text and the finish reason."""
+    body = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "seed": 7,
+        **extra,
+    }
+    started = time.perf_counter()
+    first: float | None = None
+    text: list[str] = []
+    finish: str | None = None
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            detail = (await response.aread()).decode(errors="replace")
+            raise AssertionError(f"HTTP {response.status_code}: {detail[:500]}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choice = json.loads(line[len("data: ") :])["choices"][0]
+            if first is None and choice.get("text"):
+                first = time.perf_counter() - started
+            text.append(choice.get("text") or "")
+            finish = choice.get("finish_reason") or finish
+    return (time.perf_counter() - started if first is None else first), "".join(text), finish
+
+
+@contextlib.asynccontextmanager
+async def decode_load(client: httpx.AsyncClient, model: str, streams: int) -> AsyncIterator[None]:
+    """``streams`` long unconstrained requests, each replaced when it ends, until exit."""
+
+    async def keep_decoding() -> None:
+        while True:
+            await _first_token(client, model, {"ignore_eos": True}, LOAD_MAX_TOKENS)
+
+    tasks = [asyncio.create_task(keep_decoding()) for _ in range(streams)]
+    try:
+        # Every load request is decoding before the first measured one arrives.
+        await asyncio.sleep(2.0)
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def build_reference_engine(model: str) -> GrammarEngine:
+    """The grammar engine the server builds for ``model``, here, to time compiles against."""
+    from transformers import AutoTokenizer, PretrainedConfig
+
+    from grammar_guard.vllm_adapter.backend import build_engine
+
+    vocab_size = PretrainedConfig.from_pretrained(model).vocab_size
+    return build_engine(AutoTokenizer.from_pretrained(model), vocab_size)
+
+
+def compile_seconds(engine: GrammarEngine, structured_outputs: dict[str, Any]) -> float:
+    """How long ``engine`` takes to compile the spec the server makes of ``structured_outputs``."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from grammar_guard.vllm_adapter.request_spec import spec_from_params
+
+    spec = spec_from_params(StructuredOutputsParams(**structured_outputs), COMPACT_JSON)
+    started = time.perf_counter()
+    engine.compile(spec)
+    return time.perf_counter() - started
+
+
+async def _measure(
+    server: ApiServer, engine: GrammarEngine, rounds: int, load: int
+) -> FirstRequestResult:
+    result = FirstRequestResult()
+    limits = httpx.Limits(max_connections=load + 8, max_keepalive_connections=0)
+    async with (
+        httpx.AsyncClient(
+            base_url=server.base_url, timeout=REQUEST_TIMEOUT_S, limits=limits
+        ) as client,
+        decode_load(client, server.model, load),
+    ):
+        psutil.cpu_percent()  # starts the measurement window
+        for round_number in range(rounds):
+            for case in KINDS:
+                body = salted(case, round_number)
+                compile_s = compile_seconds(engine, body)
+                constrained, twin = await asyncio.gather(
+                    _first_token(
+                        client, server.model, {"structured_outputs": body}, MEASURED_MAX_TOKENS
+                    ),
+                    _first_token(client, server.model, {}, MEASURED_MAX_TOKENS),
+                )
+                first_token_s, text, finish_reason = constrained
+                result.timings.append(
+                    Timing(
+                        case.name,
+                        round_number,
+                        first_token_s,
+                        twin[0],
+                        text,
+                        finish_reason,
+                        compile_s,
+                    )
+                )
+        result.cpu_percent = psutil.cpu_percent()
+    result.compile_seconds = server.metrics().get("grammar_guard_compile_seconds_sum", 0.0)
+    return result
+
+
+def measure_first_requests(
+    server: ApiServer, engine: GrammarEngine, *, rounds: int, load: int
+) -> FirstRequestResult:
+    """Time ``rounds`` first requests of every kind on ``server`` under ``load`` decode streams.
+
+    ``engine`` (:func:`build_reference_engine`) times each compile here too.
+    """
+    return asyncio.run(_measure(server, engine, rounds, load))
+
+
+def measure_offline(
+    llm: LLM, engine: GrammarEngine, *, rounds: int, load: int
+) -> FirstRequestResult:
+    """The same through ``LLM.generate``: one batch of ``load`` long requests, pairs and twins.
+
+    All arrive at once, as an offline batch does, so the first requests of
+    each kind wait for their grammars while the long ones decode. Times to
+    the first token are the engine's own (``RequestOutput.metrics``, which
+    needs ``disable_log_stats=False``); compiles are timed here meanwhile.
+    """
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    bodies = [(case, salted(case, number)) for number in range(rounds) for case in KINDS]
+    requests = [SamplingParams(max_tokens=LOAD_MAX_TOKENS, ignore_eos=True) for _ in range(load)]
+    for _, body in bodies:
+        structured = StructuredOutputsParams(**body)
+        requests += [
+            SamplingParams(max_tokens=MEASURED_MAX_TOKENS, seed=7),
+            SamplingParams(max_tokens=MEASURED_MAX_TOKENS, seed=7, structured_outputs=structured),
+        ]
+    result = FirstRequestResult()
+    compile_times: list[float] = []
+
+    def time_compiles_under_load() -> None:
+        psutil.cpu_percent()
+        time.sleep(1.0)  # the batch is decoding by then
+        compile_times.extend(compile_seconds(engine, body) for _, body in bodies)
+        result.cpu_percent = psutil.cpu_percent()
+
+    timer = threading.Thread(target=time_compiles_under_load)
+    timer.start()
+    outputs = llm.generate([PROMPT] * len(requests), requests, use_tqdm=False)
+    timer.join()
+    for index, (case, _) in enumerate(bodies):
+        twin, constrained = outputs[load + 2 * index], outputs[load + 2 * index + 1]
+        completion = constrained.outputs[0]
+        result.timings.append(
+            Timing(
+                case.name,
+                index // len(KINDS),
+                _first_token_latency(constrained),
+                _first_token_latency(twin),
+                completion.text,
+                completion.finish_reason,
+                compile_times[index],
+            )
+        )
+    return result
+
+
+def _first_token_latency(output: RequestOutput) -> float:
+    metrics = output.metrics
+    if metrics is None or not hasattr(metrics, "first_token_latency"):
+        raise RuntimeError("no request metrics: start the LLM with disable_log_stats=False")
+    return float(metrics.first_token_latency)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def markdown(result: FirstRequestResult, *, where: str, rounds: int, load: int) -> str:
+    lines = [
+        f"{where}, default settings, {load} unconstrained requests decoding, "
+        f"CPU {result.cpu_percent:.0f}% busy, {rounds} round(s) of fresh keys "
+        f"({date.today().isoformat()}).",
+        "",
+        "| kind | compile, in one thread | first token, constrained "
+        "| first token, unconstrained twin | grammar cost |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for case in KINDS:
+        own = [timing for timing in result.timings if timing.kind == case.name]
+        lines.append(
+            f"| {case.name} | {statistics.median(t.compile_s for t in own) * 1e3:.1f} ms "
+            f"| {statistics.median(t.constrained_s for t in own) * 1e3:.0f} ms "
+            f"| {statistics.median(t.twin_s for t in own) * 1e3:.0f} ms "
+            f"| {statistics.median(t.overhead_s for t in own) * 1e3:.0f} ms "
+            f"(max {max(t.overhead_s for t in own) * 1e3:.0f} ms) |"
+        )
+    overheads = result.overheads()
+    lines += [
+        "",
+        f"Grammar cost over all {len(overheads)} requests: p50 "
+        f"{percentile(overheads, 0.5) * 1e3:.0f} ms, p99 {percentile(overheads, 0.99) * 1e3:.0f}"
+        f" ms; all compiles together took {result.compile_seconds * 1e3:.0f} ms.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--load", type=int, default=16, help="unconstrained decode requests")
+    parser.add_argument(
+        "--offline", action="store_true", help="through LLM(...) instead of the server"
+    )
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    arguments = parser.parse_args()
+    model = str(build_tiny_model())
+    # The engine inherits this environment: a GRAMMAR_GUARD_* variable set
+    # here would make the run something other than the defaults.
+    for name in [name for name in os.environ if name.startswith(SETTINGS_PREFIX)]:
+        del os.environ[name]
+    engine = build_reference_engine(model)
+    if arguments.offline:
+        from grammar_guard.demo.engine import start_engine
+
+        where = "Fresh LLM(...)"
+        llm = start_engine(model, multiprocess=True, disable_log_stats=False)
+        result = measure_offline(llm, engine, rounds=arguments.rounds, load=arguments.load)
+    else:
+        where = "Fresh server"
+        with start_api_server(model, *GRAMMAR_GUARD_FLAGS) as server:
+            result = measure_first_requests(
+                server, engine, rounds=arguments.rounds, load=arguments.load
+            )
+    arguments.json.parent.mkdir(parents=True, exist_ok=True)
+    arguments.json.write_text(json.dumps(asdict(result), indent=2))
+    print(markdown(result, where=where, rounds=arguments.rounds, load=arguments.load))
+
+
+if __name__ == "__main__":
+    main()
