@@ -361,6 +361,70 @@ def test_empty_stop_token_override_keeps_the_tokenizer_stop(small: SmallTokenize
     assert matcher.is_terminated()
 
 
+# --- special tokens ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_special(small: SmallTokenizer) -> XGrammarEngine:
+    """The small vocabulary with ``<eot>`` and the stop token as its special tokens."""
+    info = small.engine._tokenizer_info
+    return XGrammarEngine(info, compile_threads=1, special_token_ids=[small.eot, small.eos])
+
+
+def _next(engine: XGrammarEngine, small: SmallTokenizer, spec: GrammarSpec, text: str) -> set[int]:
+    matcher = engine.new_matcher(engine.compile(spec), stop_token_ids=None, max_rollback_tokens=0)
+    assert small.accepts_all(matcher, small.ids(text))
+    bitmask = allocate_bitmask(1, engine.vocab_size)
+    matcher.fill_bitmask(bitmask, 0)
+    return allowed_by_bitmask(bitmask[0], engine.vocab_size)
+
+
+def test_a_special_token_is_never_grammar_text(
+    small: SmallTokenizer, with_special: XGrammarEngine
+) -> None:
+    spec = small.spec(RequestKind.REGEX, "[a-z<>]*")
+    # The conftest engine names no special tokens: there <eot> is text like any other.
+    assert small.eot in _next(small.engine, small, spec, "a")
+    allowed = _next(with_special, small, spec, "a")
+    assert small.eot not in allowed
+    assert {small.id("<"), small.eos} <= allowed  # its text can be written; the output may end
+    assert with_special.vocab_size == small.engine.vocab_size
+
+
+def test_a_grammar_gets_the_special_tokens_it_names(
+    small: SmallTokenizer, with_special: XGrammarEngine
+) -> None:
+    by_id = small.spec(RequestKind.GRAMMAR, f"root ::= [a-z]+ Token({small.eot})")
+    assert small.eot in _next(with_special, small, by_id, "ab")
+
+    def tag(content: dict[str, Any], end: str) -> GrammarSpec:
+        tag_format = {"type": "tag", "begin": "x", "content": content, "end": end}
+        spec = {"type": "structural_tag", "format": tag_format}
+        return small.spec(RequestKind.STRUCTURAL_TAG, spec)
+
+    written = tag({"type": "const_string", "value": "y"}, small.vocab[small.eot])
+    assert _next(with_special, small, written, "xy") == {small.id("<"), small.eot}
+    # Free text in a tag that does not write it out: its text, never the token.
+    free = _next(with_special, small, tag({"type": "any_text"}, "z"), "x")
+    assert small.id("<") in free and small.eot not in free
+
+
+def test_the_special_tokens_travel_with_the_recipe_and_the_stored_grammar(
+    small: SmallTokenizer, with_special: XGrammarEngine
+) -> None:
+    rebuilt = pickle.loads(pickle.dumps(with_special.recipe())).build()
+    assert rebuilt.fingerprint == with_special.fingerprint != small.engine.fingerprint
+    assert rebuilt.special_token_ids == {small.eot, small.eos}
+    named = small.spec(RequestKind.GRAMMAR, f"root ::= [a-z]+ Token({small.eot})")
+    blob = rebuilt.serialize(rebuilt.compile(named))
+    loaded = with_special.deserialize(blob)
+    matcher = with_special.new_matcher(loaded, stop_token_ids=None, max_rollback_tokens=0)
+    assert small.accepts_all(matcher, [*small.ids("ab"), small.eot, small.eos])
+    # Its vocabulary lets back in a token this engine has no reason to know as special.
+    with pytest.raises(ValueError, match="not a compiled grammar for this engine"):
+        small.engine.deserialize(blob)
+
+
 def test_compiled_grammars_are_independent_of_each_other(small: SmallTokenizer) -> None:
     # Two matchers on one compiled grammar do not share state.
     compiled = small.engine.compile(small.spec(RequestKind.REGEX, "ab"))

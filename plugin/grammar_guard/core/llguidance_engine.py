@@ -241,6 +241,7 @@ class LLGuidanceEngine:
         vocab_size: int,
         *,
         stop_token_ids: Sequence[int],
+        special_token_ids: Collection[int] = (),
         unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
     ) -> LLGuidanceEngine:
         """For a fast Hugging Face tokenizer, the only kind llguidance reads.
@@ -248,6 +249,9 @@ class LLGuidanceEngine:
         ``stop_token_ids`` end a grammar's output when a request names none of
         its own; given, not read from the tokenizer, so that both engines stop
         on the same tokens (a bare tokenizer file often names no EOS at all).
+        ``special_token_ids`` are the tokens the other engine keeps out of
+        grammar text; llguidance keeps out those its tokenizer reads as
+        special, and refuses to serve (ValueError) if that leaves one in.
         """
         backend = copy(tokenizer.backend_tokenizer)  # a copy: padding settings are shared
         backend.no_padding()
@@ -262,6 +266,12 @@ class LLGuidanceEngine:
         # Built now, in the process that serves: a tokenizer llguidance cannot
         # read fails the start-up, not the first request routed to it.
         engine.load_tokenizer()
+        as_text = sorted(t for t in special_token_ids if not engine._tokenizer.is_special_token(t))
+        if as_text:
+            raise ValueError(
+                f"llguidance reads {len(as_text)} of this tokenizer's special tokens as "
+                f"text (ids {as_text[:5]}), so its grammars could produce them"
+            )
         return engine
 
     def load_tokenizer(self) -> None:

@@ -14,6 +14,8 @@ import importlib.metadata
 import json
 import logging
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +55,17 @@ _EBNF_LITERAL_OR_CLASS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 # Goes into the engine fingerprint: a grammar compiled before a rewrite
 # existed must not be loaded from disk by an engine that applies it.
 _GRAMMAR_REWRITES = "bounded-string-json-characters"
+# Goes into the fingerprint with the special tokens themselves: how they are
+# kept out of grammar text, and when a grammar gets some of them back.
+_SPECIAL_TOKEN_RULE = "special-tokens-only-where-named"
+# Vocabularies that let some special tokens back in, one per set of tokens
+# grammars name: a model's tool-call tags name the same few every time.
+_NAMING_VOCABULARIES = 4
+# A token element of printed EBNF, Token(5) or Token(5, 6): Lark's <[5]>.
+_TOKEN_ELEMENT = re.compile(r"\bToken\(([\d,\s]+)\)")
+# Structural-tag fields that hold no text the tag writes out: schemas (their
+# strings are content) and what must not appear.
+_NOT_WRITTEN = frozenset({"json_schema", "schema", "excludes", "exclude_tokens"})
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +86,30 @@ def choice_as_ebnf(choices: Sequence[str]) -> str:
     return "root ::= " + " | ".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
 
 
+def hf_special_token_ids(tokenizer: Any) -> frozenset[int]:
+    """The control tokens of a Hugging Face tokenizer, which grammar text must never hold.
+
+    Its added tokens marked special, the special tokens it names (EOS, BOS,
+    padding...), and added tokens written as a tag (``<think>``, DeepSeek's
+    chat-role and tool-call tokens) whether marked special or not:
+    llguidance reads those as special too, and a request must get the same
+    tokens whichever engine serves it.
+    """
+    added = tokenizer.added_tokens_decoder  # id -> AddedToken
+    control = {
+        int(token_id)
+        for token_id, token in added.items()
+        if token.special or (token.content.startswith("<") and token.content.endswith(">"))
+    }
+    return frozenset(control.union(int(token_id) for token_id in tokenizer.all_special_ids))
+
+
 @dataclass(frozen=True)
 class XGrammarCompiled:
     compiled: xgr.CompiledGrammar
+    # The special tokens its grammar names, which the vocabulary it was
+    # compiled (and must be loaded) against lets back in.
+    named_tokens: frozenset[int] = frozenset()
 
     @property
     def memory_bytes(self) -> int:
@@ -150,32 +184,67 @@ class XGrammarRecipe:
     tokenizer_json: str
     compile_threads: int
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+    special_token_ids: tuple[int, ...] = ()
 
     def build(self) -> XGrammarEngine:
         info = xgr.TokenizerInfo.deserialize_json(self.tokenizer_json)
         return XGrammarEngine(
-            info, compile_threads=self.compile_threads, unenforced=self.unenforced
+            info,
+            compile_threads=self.compile_threads,
+            unenforced=self.unenforced,
+            special_token_ids=self.special_token_ids,
         )
 
 
+@dataclass(frozen=True)
+class _Vocabulary:
+    info: xgr.TokenizerInfo
+    compiler: xgr.GrammarCompiler
+
+
 class XGrammarEngine:
+    """Grammars over ``tokenizer_info``, with ``special_token_ids`` kept out of grammar text.
+
+    xgrammar matches a special token's text like any other token's, so
+    inside a JSON string a model could sample ``<|eot_id|>`` or a reserved
+    placeholder (which vLLM then drops from the output). Grammars are
+    therefore compiled against the vocabulary with those tokens blank, which
+    xgrammar never lets into text. A grammar that names some of them (a
+    token element, or a structural tag that writes a tool-call token out)
+    gets a vocabulary where those keep their text. Stop tokens need no text:
+    xgrammar allows them wherever the grammar may end.
+    """
+
     def __init__(
         self,
         tokenizer_info: xgr.TokenizerInfo,
         *,
         compile_threads: int,
         unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+        special_token_ids: Collection[int] = (),
     ) -> None:
+        # The tokenizer's own vocabulary, special tokens' texts included.
         self._tokenizer_info = tokenizer_info
         self._compile_threads = compile_threads
         # What compile does with a schema asking for constraints xgrammar
         # would not enforce (GRAMMAR_GUARD_UNENFORCED): refuse it, or compile it.
         self._unenforced = unenforced
-        # Caching is ours (keyed by GrammarSpec); xgrammar's own cache would
-        # hold a second, unbounded-by-us copy of every grammar.
-        self._compiler = xgr.GrammarCompiler(
-            tokenizer_info, max_threads=compile_threads, cache_enabled=False
+        size = tokenizer_info.vocab_size
+        self._special_ids = frozenset(t for t in map(int, special_token_ids) if 0 <= t < size)
+        # The vocabularies are rebuilt from the decoded texts, as a raw
+        # vocabulary (which xgrammar matches as it matches the encoded one).
+        self._texts = (
+            [bytes(text) for text in tokenizer_info.decoded_vocab] if self._special_ids else []
         )
+        # An empty text names nothing: xgrammar already treats that token as special.
+        self._special_texts = {
+            token: text.decode(errors="replace")
+            for token in self._special_ids
+            if (text := self._texts[token])
+        }
+        self._naming: OrderedDict[frozenset[int], _Vocabulary] = OrderedDict()
+        self._naming_lock = threading.Lock()
+        self._vocabulary = self._new_vocabulary(frozenset())
 
     @classmethod
     def for_hf_tokenizer(
@@ -187,7 +256,12 @@ class XGrammarEngine:
         unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
     ) -> XGrammarEngine:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        return cls(info, compile_threads=compile_threads, unenforced=unenforced)
+        return cls(
+            info,
+            compile_threads=compile_threads,
+            unenforced=unenforced,
+            special_token_ids=hf_special_token_ids(tokenizer),
+        )
 
     @classmethod
     def for_raw_vocab(
@@ -199,6 +273,7 @@ class XGrammarEngine:
         add_prefix_space: bool,
         compile_threads: int,
         unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
+        special_token_ids: Collection[int] = (),
     ) -> XGrammarEngine:
         """For tokenizers that are not Hugging Face ones (Mistral's, for instance)."""
         info = xgr.TokenizerInfo(
@@ -208,7 +283,12 @@ class XGrammarEngine:
             stop_token_ids=list(stop_token_ids),
             add_prefix_space=add_prefix_space,
         )
-        return cls(info, compile_threads=compile_threads, unenforced=unenforced)
+        return cls(
+            info,
+            compile_threads=compile_threads,
+            unenforced=unenforced,
+            special_token_ids=special_token_ids,
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -218,6 +298,11 @@ class XGrammarEngine:
     def stop_token_ids(self) -> tuple[int, ...]:
         """The tokens that end a grammar's output (xgrammar detects them if not told)."""
         return tuple(int(token) for token in self._tokenizer_info.stop_token_ids)
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """The special and control tokens kept out of grammar text."""
+        return self._special_ids
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -230,6 +315,8 @@ class XGrammarEngine:
         # not be served from disk to an engine that refuses them.
         digest.update(self._unenforced.value.encode())
         digest.update(_GRAMMAR_REWRITES.encode())
+        # Which tokens grammar text leaves out changes every compiled mask.
+        digest.update(f"{_SPECIAL_TOKEN_RULE}:{sorted(self._special_ids)}".encode())
         return "xgrammar-" + digest.hexdigest()[:32]
 
     @functools.cached_property
@@ -237,19 +324,32 @@ class XGrammarEngine:
         return str(self._tokenizer_info.serialize_json())
 
     def recipe(self) -> XGrammarRecipe:
-        return XGrammarRecipe(self._tokenizer_json, self._compile_threads, self._unenforced)
+        return XGrammarRecipe(
+            self._tokenizer_json,
+            self._compile_threads,
+            self._unenforced,
+            tuple(sorted(self._special_ids)),
+        )
 
     def serialize(self, compiled: XGrammarCompiled) -> bytes:  # type: ignore[override]
-        return str(compiled.compiled.serialize_json()).encode()
+        # The named tokens first: xgrammar loads a grammar into any vocabulary
+        # of its size, so the one it was compiled against must be recorded.
+        named = " ".join(str(token) for token in sorted(compiled.named_tokens))
+        return f"{named}\n{compiled.compiled.serialize_json()}".encode()
 
     def deserialize(self, data: bytes) -> XGrammarCompiled:
         try:
-            text = data.decode()
-            compiled = xgr.CompiledGrammar.deserialize_json(text, self._tokenizer_info)
-        # xgrammar reports every load failure as a RuntimeError subclass.
-        except (UnicodeDecodeError, RuntimeError) as exc:
+            named_line, newline, text = data.decode().partition("\n")
+            named = frozenset(int(token) for token in named_line.split())
+            if not newline or not named <= self._special_ids:
+                raise ValueError("its first line names no vocabulary of this engine")
+            info = self._naming_vocabulary(named).info
+            compiled = xgr.CompiledGrammar.deserialize_json(text, info)
+        # xgrammar reports every load failure as a RuntimeError subclass;
+        # bad text or a bad first line raise ValueError (UnicodeDecodeError is one).
+        except (ValueError, RuntimeError) as exc:
             raise ValueError(f"not a compiled grammar for this engine: {_reason(exc)}") from exc
-        return XGrammarCompiled(compiled)
+        return XGrammarCompiled(compiled, named)
 
     @staticmethod
     def check(
@@ -265,8 +365,9 @@ class XGrammarEngine:
 
     def compile(self, spec: GrammarSpec) -> XGrammarCompiled:
         grammar, _ = _parse_enforced(spec, self._unenforced)
+        named = self._named_tokens(spec, grammar)
         try:
-            compiled = self._compiler.compile_grammar(grammar)
+            compiled = self._naming_vocabulary(named).compiler.compile_grammar(grammar)
         except Exception as exc:  # native code reports every failure as RuntimeError
             raise InvalidGrammarError(
                 f"{spec.kind.value} failed to compile: {_reason(exc)}"
@@ -276,7 +377,7 @@ class XGrammarEngine:
                 f"{spec.kind.value} allows no output at all: it is unsatisfiable, "
                 "or needs characters no token of this model can write"
             )
-        return XGrammarCompiled(compiled)
+        return XGrammarCompiled(compiled, named)
 
     def new_matcher(
         self,
@@ -292,6 +393,76 @@ class XGrammarEngine:
                 max_rollback_tokens=max_rollback_tokens,
             )
         )
+
+    def _named_tokens(self, spec: GrammarSpec, grammar: xgr.Grammar) -> frozenset[int]:
+        """The special tokens ``spec`` names, which its grammar may then produce.
+
+        A grammar names a token by id (a token element); a structural tag
+        also by writing its text out, as the tool-call tags of vLLM's parsers
+        and xgrammar's model templates write ``<|python_tag|>`` or
+        ``<|channel|>``. Such a token is then allowed wherever its text is,
+        the tag's contents included; every other special token stays out.
+        """
+        if not self._special_ids or spec.kind not in _NAMING_KINDS:
+            return frozenset()
+        printed = _EBNF_LITERAL_OR_CLASS.sub("", str(grammar))
+        named = {int(t) for ids in _TOKEN_ELEMENT.findall(printed) for t in ids.split(",")}
+        if spec.kind is RequestKind.STRUCTURAL_TAG:
+            ids, texts = _tag_tokens(json.loads(spec.text))
+            written = "\0".join(texts)
+            named.update(ids)
+            named.update(token for token, text in self._special_texts.items() if text in written)
+        return frozenset(named & self._special_ids)
+
+    def _naming_vocabulary(self, named: frozenset[int]) -> _Vocabulary:
+        if not named:
+            return self._vocabulary
+        with self._naming_lock:
+            vocabulary = self._naming.pop(named, None) or self._new_vocabulary(named)
+            self._naming[named] = vocabulary
+            if len(self._naming) > _NAMING_VOCABULARIES:
+                self._naming.popitem(last=False)  # its grammars keep their own reference
+            return vocabulary
+
+    def _new_vocabulary(self, named: frozenset[int]) -> _Vocabulary:
+        info = self._tokenizer_info
+        if self._special_ids:
+            blank = self._special_ids - named
+            info = xgr.TokenizerInfo(
+                [b"" if token in blank else text for token, text in enumerate(self._texts)],
+                xgr.VocabType.RAW,
+                vocab_size=info.vocab_size,
+                stop_token_ids=list(info.stop_token_ids),
+                add_prefix_space=info.add_prefix_space,
+            )
+        # Caching is ours (keyed by GrammarSpec); xgrammar's own cache would
+        # hold a second, unbounded-by-us copy of every grammar.
+        compiler = xgr.GrammarCompiler(info, max_threads=self._compile_threads, cache_enabled=False)
+        return _Vocabulary(info, compiler)
+
+
+# The kinds whose grammars can name tokens.
+_NAMING_KINDS = (RequestKind.GRAMMAR, RequestKind.STRUCTURAL_TAG)
+
+
+def _tag_tokens(tag: Any) -> tuple[set[int], list[str]]:
+    """The token ids a structural tag names, and the texts it writes out."""
+    ids: set[int] = set()
+    texts: list[str] = []
+    pending = [tag]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            refs = [node.get("token"), *(node.get("trigger_tokens") or ())]
+            if node.get("type") == "token_dispatch":
+                refs.extend(rule[0] for rule in node.get("rules") or () if rule)
+            ids.update(r for r in refs if isinstance(r, int) and not isinstance(r, bool))
+            pending.extend(value for key, value in node.items() if key not in _NOT_WRITTEN)
+    return ids, texts
 
 
 def _parse_enforced(

@@ -80,6 +80,8 @@ def build_engine(
             add_prefix_space=True,
             compile_threads=_compile_threads(),
             unenforced=unenforced,
+            # Its control tokens ([INST], [TOOL_CALLS]...) are in the vocabulary as text.
+            special_token_ids=getattr(tokenizer, "all_special_ids", ()),
         )
     xgrammar = XGrammarEngine.for_hf_tokenizer(
         tokenizer, vocab_size, compile_threads=_compile_threads(), unenforced=unenforced
@@ -88,13 +90,18 @@ def build_engine(
         return xgrammar
     try:
         llguidance = LLGuidanceEngine.for_hf_tokenizer(
-            tokenizer, vocab_size, stop_token_ids=xgrammar.stop_token_ids, unenforced=unenforced
+            tokenizer,
+            vocab_size,
+            stop_token_ids=xgrammar.stop_token_ids,
+            special_token_ids=xgrammar.special_token_ids,
+            unenforced=unenforced,
         )
         if selection is EngineSelection.LLGUIDANCE:
             return llguidance
         return RoutedEngine(xgrammar, llguidance, selection, unenforced)
-    except (AttributeError, TypeError, ValueError) as exc:  # not a fast tokenizer, or a
-        # vocabulary llguidance sizes differently from vLLM's bitmask
+    except (AttributeError, TypeError, ValueError) as exc:  # not a fast tokenizer, a
+        # vocabulary llguidance sizes differently from vLLM's bitmask, or special
+        # tokens it would read as text
         if selection is EngineSelection.LLGUIDANCE:
             raise SettingsError(
                 f"GRAMMAR_GUARD_ENGINE=llguidance cannot serve this model: {exc}"
