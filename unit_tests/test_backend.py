@@ -23,8 +23,10 @@ from vllm.v1.structured_output.request import StructuredOutputRequest
 import grammar_guard
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.failures import FailureClass, decode
+from grammar_guard.core.inline_wait import InlineWaitBudget
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.vllm_adapter import backend as backend_module
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar, build_engine
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 
@@ -232,6 +234,34 @@ def test_an_invalid_request_gets_a_failed_future_not_an_exception(
     assert isinstance(error, InvalidGrammarError)
     # What the engine core writes into the request's output, for its client.
     assert decode(FAILURES.take("bad")) == (FailureClass.INVALID, error.reason)
+
+
+def test_a_fresh_backend_s_first_quick_request_is_ready_when_admitted(
+    tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Default settings: compile workers are still starting. A budget long
+    # enough for any machine tests the path, not the speed of this one.
+    monkeypatch.setattr(
+        backend_module,
+        "InlineWaitBudget",
+        lambda: InlineWaitBudget(max_wait_s=HANG_GUARD_S, burst_s=4 * HANG_GUARD_S, share=1.0),
+    )
+    fresh = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    try:
+        for number, constraint in enumerate(
+            (
+                {"choice": ["left", "right", "up"]},
+                {"json": SCHEMA_COMPACT},
+                {"regex": "[a-z]{1,7}"},
+                {"grammar": 'root ::= "yes" | "no"'},
+            )
+        ):
+            first = _request(f"first-{number}", **constraint)
+            fresh.admit_request(first, block=False)
+            # Ready before vLLM next looks: the request joins the step being scheduled.
+            assert isinstance(first.structured_output_request.grammar, GuardedGrammar), constraint
+    finally:
+        fresh.destroy()
 
 
 def _wait_for_grammar(request: Any) -> object:

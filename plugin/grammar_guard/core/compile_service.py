@@ -246,6 +246,10 @@ class CompileService:
         if self._writer is not None:
             self._writer.shutdown(wait=False)
 
+    def compiles_quickly(self, spec: GrammarSpec) -> bool:
+        """Whether ``spec`` goes to the quick lane: its compile takes milliseconds."""
+        return self._is_quick(spec)
+
     def _lane_for(self, spec: GrammarSpec) -> Executor:
         return self._pool.quick if self._is_quick(spec) else self._pool.isolated
 

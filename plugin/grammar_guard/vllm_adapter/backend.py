@@ -26,6 +26,7 @@ from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.failures import FailureClass
+from grammar_guard.core.inline_wait import InlineWaitBudget
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.metrics import CacheMetrics
 from grammar_guard.core.process_compile import make_compiler
@@ -163,6 +164,7 @@ class GrammarGuardBackend(StructuredOutputBackend):
             metrics=metrics,
         )
         self.cache = self.service.cache
+        self._inline_wait = InlineWaitBudget()
         self._publisher.start()
         self._warmup = self._start_warmup()
 
@@ -240,6 +242,9 @@ class GrammarGuardBackend(StructuredOutputBackend):
                 pending.set_exception(exc)
 
         admission.future.add_done_callback(deliver)
+        if self.service.compiles_quickly(spec):
+            # Ready now, the request joins the step vLLM is scheduling.
+            self._inline_wait.wait(pending)
         return pending
 
     def _grammar_for(
