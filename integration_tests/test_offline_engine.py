@@ -118,28 +118,40 @@ def test_requests_without_a_grammar_are_untouched(llm: LLM) -> None:
     assert mixed.token_ids == alone.token_ids
 
 
+_JSON = "Failed to transform json schema into a grammar"
+_REGEX = "Failed to transform regex into a grammar"
+_GRAMMAR = "Invalid grammar specification"
+# Each with the phrase vLLM's own backend starts that refusal with, then the reason.
 BAD_REQUESTS = [
-    pytest.param({"json": '{"type": "objectx"}'}, "objectx", id="unknown-type"),
-    pytest.param({"json": '{"type": "object",'}, "not valid JSON", id="malformed-json"),
-    pytest.param({"regex": "(ab"}, "parenthesis", id="unclosed-regex"),
-    pytest.param({"grammar": "root ::= missing"}, "missing", id="undefined-ebnf-rule"),
-    pytest.param({"grammar": "start: nowhere"}, "nowhere", id="undefined-lark-rule"),
-    pytest.param({"regex": "a\x00b"}, "U+0000", id="nul-byte"),
-    pytest.param({"json": "[" * 5000 + "]" * 5000}, "nested", id="deep-nesting"),
-    pytest.param({"choice": []}, "choice", id="empty-choice"),
-    pytest.param({"structural_tag": '{"type": "structural_tag"}'}, "structural_tag", id="bad-tag"),
+    pytest.param({"json": '{"type": "objectx"}'}, _JSON, "objectx", id="unknown-type"),
+    pytest.param({"json": '{"type": "object",'}, _JSON, "not valid JSON", id="malformed-json"),
+    pytest.param({"regex": "(ab"}, _REGEX, "parenthesis", id="unclosed-regex"),
+    pytest.param({"grammar": "root ::= missing"}, _GRAMMAR, "missing", id="undefined-ebnf-rule"),
+    pytest.param({"grammar": "start: nowhere"}, _GRAMMAR, "nowhere", id="undefined-lark-rule"),
+    pytest.param({"regex": "a\x00b"}, _REGEX, "U+0000", id="nul-byte"),
+    pytest.param({"json": "[" * 5000 + "]" * 5000}, _JSON, "nested", id="deep-nesting"),
+    pytest.param(
+        {"choice": []}, "Failed to transform choices into a grammar", "choice", id="empty-choice"
+    ),
+    pytest.param(
+        {"structural_tag": '{"type": "structural_tag"}'},
+        "Invalid structural tag specification",
+        "structural_tag",
+        id="bad-tag",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("structured_outputs", "reason"), BAD_REQUESTS)
+@pytest.mark.parametrize(("structured_outputs", "phrase", "reason"), BAD_REQUESTS)
 def test_bad_input_is_refused_with_its_reason_and_the_engine_keeps_serving(
-    llm: LLM, structured_outputs: dict[str, Any], reason: str
+    llm: LLM, structured_outputs: dict[str, Any], phrase: str, reason: str
 ) -> None:
     from vllm.exceptions import VLLMValidationError
 
     compiled_before = len(_backend(llm).cache)
-    with pytest.raises(VLLMValidationError, match="Invalid structured output request") as refused:
+    with pytest.raises(VLLMValidationError) as refused:
         _generate(llm, [_params(structured_outputs, seed=0)])
+    assert str(refused.value).startswith(f"{phrase}: ")
     assert reason in str(refused.value)
     assert len(_backend(llm).cache) == compiled_before  # the engine never saw it
     assert len(str(refused.value)) < 600  # the input is never echoed back whole

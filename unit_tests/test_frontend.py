@@ -202,3 +202,32 @@ def test_an_enforced_schema_logs_and_counts_nothing(monkeypatch: pytest.MonkeyPa
     _validate(GUARD, json={"type": "object", "properties": {"id": uuid}})
     assert recorder.warnings == []
     assert frontend._metrics.snapshot().labelled == before
+
+
+@pytest.mark.parametrize(
+    ("constraint", "phrase", "reason"),
+    [
+        ({"grammar": "root ::= ("}, "Invalid grammar specification: ", "grammar"),
+        ({"grammar": "start: NAME\nNAME: /[a-z/"}, "Invalid grammar specification: ", "grammar"),
+        ({"regex": "a(b"}, "Failed to transform regex into a grammar: ", "regex"),
+        ({"json": {"type": "objectx"}}, "Failed to transform json schema into a grammar: ", "obj"),
+        (
+            {"json": {"type": "array", "contains": {"type": "integer"}}},
+            "The provided JSON schema contains features not supported by grammar-guard: ",
+            "'contains' at /contains",
+        ),
+        (
+            {"structural_tag": '{"type": "structural_tag", "format": {"type": "nonsense"}}'},
+            "Invalid structural tag specification: ",
+            "structural_tag",
+        ),
+    ],
+)
+def test_a_refusal_starts_with_vllm_s_phrase_and_gives_the_reason_after_it(
+    constraint: dict[str, Any], phrase: str, reason: str
+) -> None:
+    with pytest.raises(VLLMValidationError) as refused:
+        _validate(GUARD, **constraint)
+    message = str(refused.value)
+    assert message.startswith(phrase), message
+    assert reason in message[len(phrase) :], message

@@ -8,8 +8,10 @@ is answered with a 400 naming the reason and the engine never sees it.
 Invalid specs are remembered: a client repeating one is refused without a
 second parse, and ``grammar_guard_compile_errors_total`` counts it once.
 
-A JSON schema (or structural tag) asking for constraints xgrammar would not
-enforce is refused the same way, naming each keyword and where it is, unless
+A refusal starts with the phrase vLLM's own backends use for it
+(``error_phrases``). A JSON schema (or structural tag) asking for
+constraints no grammar engine would enforce is refused the same way,
+naming each keyword and where it is, unless
 ``GRAMMAR_GUARD_UNENFORCED=warn``: then it is accepted, each keyword is
 logged with its location, and ``grammar_guard_unenforced_total{keyword=...}``
 counts it once per request.
@@ -32,8 +34,13 @@ from grammar_guard.core.routing import route
 from grammar_guard.core.schema_analysis import Finding, iter_labels
 from grammar_guard.core.settings import engine_selection_from_env, unenforced_policy_from_env
 from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.vllm_adapter.error_phrases import refusal_message
 from grammar_guard.vllm_adapter.metrics_export import add_local_source
-from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_params
+from grammar_guard.vllm_adapter.request_spec import (
+    compile_options,
+    requested_kind,
+    spec_from_params,
+)
 
 if TYPE_CHECKING:
     from vllm.config import ModelConfig
@@ -79,7 +86,7 @@ def validate_structured_outputs(
         unenforced = _check_within_deadline(spec)
     except InvalidGrammarError as exc:
         raise VLLMValidationError(
-            f"Invalid structured output request: {exc.reason}", parameter="structured_outputs"
+            refusal_message(requested_kind(structured), exc), parameter="structured_outputs"
         ) from None
     if unenforced:
         _report_unenforced(spec, unenforced)

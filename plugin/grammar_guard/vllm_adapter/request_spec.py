@@ -35,6 +35,25 @@ def spec_from_key(
     return GrammarSpec.build(_KIND_BY_OPTION[option], text, options)
 
 
+# The fields of StructuredOutputsParams, in the order vLLM's key function reads them.
+_KIND_BY_FIELD = {
+    "json": RequestKind.JSON_SCHEMA,
+    "json_object": RequestKind.JSON_OBJECT,
+    "regex": RequestKind.REGEX,
+    "choice": RequestKind.CHOICE,
+    "grammar": RequestKind.GRAMMAR,
+    "structural_tag": RequestKind.STRUCTURAL_TAG,
+}
+
+
+def requested_kind(params: StructuredOutputsParams) -> RequestKind | None:
+    """The kind of constraint ``params`` asks for, even one that cannot be turned into a spec."""
+    for name, kind in _KIND_BY_FIELD.items():
+        if getattr(params, name, None) not in (None, False):  # json_object=False asks nothing
+            return kind
+    return None
+
+
 def spec_from_params(params: StructuredOutputsParams, options: CompileOptions) -> GrammarSpec:
     if isinstance(params.json, dict | list):
         # Built from the value itself: vLLM's key function would json.dumps it
