@@ -24,6 +24,7 @@ import llguidance
 import llguidance.torch as llguidance_torch
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.listed_patterns import fold_listed_patterns
 from grammar_guard.core.schema_analysis import (
     SCHEMA_LISTS,
     SCHEMA_MAPS,
@@ -55,6 +56,9 @@ _SILENT = 0
 # a 560 kB enum. The lexer states built while decoding are bounded by
 # llguidance's own limits.
 _BASE_BYTES = 32 * 1024
+# Goes into the fingerprint: a grammar stored before a schema rewrite existed
+# (listed_patterns.py) must not be loaded by an engine that applies it.
+_GRAMMAR_REWRITES = "listed-pattern-properties-folded"
 _BYTES_PER_GRAMMAR_CHAR = 16
 
 
@@ -288,6 +292,7 @@ class LLGuidanceEngine:
         digest = hashlib.sha256(self._identity.encode())
         digest.update(importlib.metadata.version("llguidance").encode())
         digest.update(self._unenforced.value.encode())
+        digest.update(_GRAMMAR_REWRITES.encode())
         return "llguidance-" + digest.hexdigest()[:32]
 
     @functools.cached_property
@@ -441,14 +446,15 @@ def _grammar(spec: GrammarSpec, *, lenient: bool) -> str:
 
 
 def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
-    closed = json.dumps(closed_like_xgrammar(json.loads(schema)))
+    closed = closed_like_xgrammar(json.loads(schema))
+    fold_listed_patterns(closed)  # after closing: an allOf it adds would leave members open
     options: dict[str, Any] = {
         "whitespace_flexible": spec.options.any_whitespace,
         "item_separator": ",",
         "key_separator": ":",
         "lenient": lenient,
     }
-    return str(llguidance.LLMatcher.grammar_from_json_schema(closed, overrides=options))
+    return str(llguidance.LLMatcher.grammar_from_json_schema(json.dumps(closed), overrides=options))
 
 
 def closed_like_xgrammar(schema: Any) -> Any:
