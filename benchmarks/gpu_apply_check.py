@@ -1,6 +1,7 @@
-"""One-shot NVIDIA GPU check of the graph-safe mask apply path (runs in about a minute).
+"""One-shot NVIDIA GPU check of the mask apply paths (a few minutes).
 
 Run on a machine with CUDA: ``.venv/bin/python benchmarks/gpu_apply_check.py``
+(``--part kernels`` or ``--part engines`` runs one half).
 
 1. Correctness: ``GraphSafeBitmaskApplier`` against a reference on the GPU,
    for float32/bf16/fp16, vocabularies that are not multiples of 32, logits
@@ -10,16 +11,30 @@ Run on a machine with CUDA: ``.venv/bin/python benchmarks/gpu_apply_check.py``
    is checked against the reference.
 3. Timing at vocab 129280 for batches 1/8/32/128: the eager path, the graph
    replay and ``stage`` (host part), against xgrammar's CUDA kernel.
+4. Real engines: the tiny model with grammar-guard on the V2 model runner
+   (vLLM's CUDA default, which applies the mask itself from the rows the fill
+   hook writes) and on the V1 runner (where the plugin's apply runs), each
+   without and with ngram speculative decoding (3 drafts, so draft rows are
+   laid out and read). Every output must satisfy its constraint, including
+   drafts the grammar forbids, and each engine must have run the runner and
+   the hooks it was meant to. Each engine runs in its own interpreter.
 
-Exits non-zero on the first wrong result, and at once when there is no GPU.
+Exits non-zero on the first wrong kernel result or after any failed engine;
+without a GPU it says so and exits 0 (nothing to check).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
+import os
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -163,16 +178,163 @@ def timing_table(rng: np.random.Generator) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+# Engines of part 4: (runner, drafts). Eager mode: CUDA graphs capture only the
+# forward pass, never the mask apply, and capturing would cost minutes of the
+# device time a lent GPU has.
+ENGINES = (("v2", 0), ("v2", 3), ("v1", 0), ("v1", 3))
+ENGINE_MAX_TOKENS = 128  # the demo's grammars are bounded well below this
+REPEATED = "abc abc abc abc abc abc abc abc abc abc"
+# Drafts from the prompt propose "abc " again; the grammar allows only two.
+WRONG_DRAFTS_REGEX = r"(abc ){2}x{6}"
+RESULT_PREFIX = "RESULT "
+
+
+def engine_check(runner: str, drafts: int) -> dict[str, Any]:
+    """Start one engine in this process, run every constrained request, report what happened."""
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
+    from grammar_guard.demo.cases import CASES
+    from grammar_guard.demo.engine import start_engine
+
+    overrides: dict[str, Any] = {"enforce_eager": True, "disable_log_stats": False}
+    if drafts:
+        overrides["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": drafts,
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 4,
+        }
+    llm = start_engine(**overrides)
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from grammar_guard.vllm_adapter import apply_hook, fill_hook
+
+    def params(constraint: dict[str, Any], seed: int | None) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=ENGINE_MAX_TOKENS,
+            temperature=0.0 if seed is None else 1.0,
+            seed=seed,
+            structured_outputs=StructuredOutputsParams(**constraint),
+        )
+
+    checks: list[tuple[str, Callable[[str], None]]] = []
+    prompts: list[str] = []
+    requests: list[SamplingParams] = []
+    for seed in (1, 2):
+        for case in CASES:
+            checks.append((f"{case.name}/seed{seed}", case.check))
+            prompts.append("Answer: ")
+            requests.append(params(case.structured_outputs, seed))
+    for name, constraint, expected in (
+        ("drafts-accepted", {"choice": [REPEATED]}, REPEATED),
+        ("drafts-forbidden", {"regex": WRONG_DRAFTS_REGEX}, None),
+    ):
+        checks.append((name, _matches(constraint, expected)))
+        prompts.append(f"{REPEATED} {REPEATED}")
+        requests.append(params(constraint, None))
+    outputs = llm.generate(prompts, requests, use_tqdm=False)
+
+    failures = []
+    for (name, check), output in zip(checks, outputs, strict=True):
+        completion = output.outputs[0]
+        try:
+            if completion.finish_reason != "stop":
+                raise AssertionError(f"finished with {completion.finish_reason!r}")
+            check(completion.text)
+        except Exception as exc:
+            failures.append(f"{name}: {exc} ({completion.text!r})")
+    core = llm.llm_engine.engine_core.engine_core
+    model_runner = core.model_executor.driver_worker.worker.model_runner
+    metrics = {metric.name: getattr(metric, "value", None) for metric in llm.get_metrics()}
+    return {
+        "runner_module": type(model_runner).__module__,
+        "outputs": len(outputs),
+        "failures": failures,
+        "fill_steps": fill_hook.counters.steps,
+        "plugin_apply_steps": apply_hook.applied_steps(),
+        "drafts_proposed": metrics.get("vllm:spec_decode_num_draft_tokens") or 0,
+    }
+
+
+def _matches(constraint: dict[str, Any], expected: str | None) -> Callable[[str], None]:
+    def check(text: str) -> None:
+        if expected is not None and text != expected:
+            raise AssertionError(f"expected {expected!r}")
+        if "regex" in constraint and not re.fullmatch(constraint["regex"], text):
+            raise AssertionError(f"does not match {constraint['regex']!r}")
+
+    return check
+
+
+def engine_problems(runner: str, drafts: int, report: dict[str, Any]) -> list[str]:
+    """What is wrong with one engine's report, beyond its own output failures."""
+    problems = list(report["failures"])
+    v2 = report["runner_module"].startswith("vllm.v1.worker.gpu.")
+    if v2 != (runner == "v2"):
+        problems.append(f"ran {report['runner_module']}, not the {runner} runner")
+    if report["fill_steps"] == 0:
+        problems.append("the fill hook filled no step")
+    # The plugin applies the mask in the V1 runner only; V2 applies it itself.
+    if (report["plugin_apply_steps"] > 0) != (runner == "v1"):
+        problems.append(f"the plugin's apply ran {report['plugin_apply_steps']} steps")
+    if drafts and not report["drafts_proposed"]:
+        problems.append("no draft tokens were proposed, so no draft rows were checked")
+    return problems
+
+
+def check_engines() -> bool:
+    ok = True
+    for runner, drafts in ENGINES:
+        name = f"engine {runner} runner, {drafts} drafts"
+        run = subprocess.run(
+            [sys.executable, __file__, "--engine", runner, str(drafts)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        results = [line for line in run.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+        if run.returncode != 0 or not results:
+            print(f"FAIL {name}: exit {run.returncode}\n{run.stderr[-3000:]}")
+            ok = False
+            continue
+        report = json.loads(results[-1].removeprefix(RESULT_PREFIX))
+        problems = engine_problems(runner, drafts, report)
+        summary = (
+            f"{report['outputs']} outputs, runner {report['runner_module']}, "
+            f"{report['fill_steps']} fill steps, {report['plugin_apply_steps']} plugin apply "
+            f"steps, {report['drafts_proposed']} draft tokens"
+        )
+        print(f"{'FAIL' if problems else 'ok  '} {name}: {summary}")
+        for problem in problems:
+            print(f"     {problem}")
+        ok = ok and not problems
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("all", "kernels", "engines"), default="all")
+    parser.add_argument("--engine", nargs=2, metavar=("RUNNER", "DRAFTS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("gpu_apply_check.py needs an NVIDIA GPU with CUDA; none is available here.")
+        print("skipped: gpu_apply_check.py needs an NVIDIA GPU with CUDA; none is available here.")
+        return 0
+    if args.engine:
+        runner, drafts = args.engine
+        print(RESULT_PREFIX + json.dumps(engine_check(runner, int(drafts))), flush=True)
+        return 0
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    rng = np.random.default_rng(0)
-    check_correctness(rng)
-    check_graph_replay(rng)
-    print()
-    print(timing_table(rng))
+    if args.part in ("all", "kernels"):
+        rng = np.random.default_rng(0)
+        check_correctness(rng)
+        check_graph_replay(rng)
+        print()
+        print(timing_table(rng))
+        print()
+    if args.part in ("all", "engines") and not check_engines():
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

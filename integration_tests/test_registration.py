@@ -1,10 +1,24 @@
-"""Registration through vLLM's own plugin loading, in fresh interpreters."""
+"""Registration through vLLM's own plugin loading (fresh interpreters), and request admission."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from vllm.exceptions import VLLMValidationError
+from vllm.v1.structured_output import StructuredOutputManager
+
+import grammar_guard
+from grammar_guard import BACKEND_NAME
+from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+from grammar_guard.vllm_adapter.compat import installed_release
+
+pytestmark = pytest.mark.seam
 
 CHECK_PATCHES = """
 import json
@@ -12,7 +26,7 @@ from vllm.plugins import load_general_plugins
 load_general_plugins()
 load_general_plugins.__globals__["plugins_loaded"] = False
 load_general_plugins()  # vLLM may load plugins more than once per process
-from grammar_guard.vllm_adapter.registration import installed_patches
+from grammar_guard.vllm_adapter.patches import installed_patches
 from vllm.sampling_params import SamplingParams
 method = SamplingParams._validate_structured_outputs
 print(json.dumps({"patches": installed_patches(),
@@ -21,7 +35,7 @@ print(json.dumps({"patches": installed_patches(),
 
 PARSE_CLI = """
 import json, sys
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.entrypoints.cli.serve import make_arg_parser  # where `vllm serve` finds it, 0.32 and 0.33
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.engine.arg_utils import AsyncEngineArgs
 parser = make_arg_parser(FlexibleArgumentParser())
@@ -32,14 +46,19 @@ print(json.dumps({"backend": so.backend, "compact": so.disable_any_whitespace}))
 """
 
 
-REFUSE_OLD_VLLM = """
+# vLLM's own loader, twice, on a vLLM the plugin does not support: vLLM must
+# keep starting, and the backend name must stay unknown to it.
+UNSUPPORTED_VLLM = """
+import json, typing
 import vllm
 vllm.__version__ = "0.31.4"
-import grammar_guard
-try:
-    grammar_guard.register()
-except RuntimeError as exc:
-    print(exc)
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+load_general_plugins.__globals__["plugins_loaded"] = False
+load_general_plugins()
+from vllm.config.structured_outputs import StructuredOutputsConfig
+names = typing.get_args(StructuredOutputsConfig.__dataclass_fields__["backend"].type)
+print(json.dumps({"registered": "grammar-guard" in names}))
 """
 
 
@@ -68,14 +87,18 @@ def test_entry_point_installs_every_patch_once_in_a_fresh_process() -> None:
     assert report["wrapped_once"] is True
 
 
-def test_unsupported_vllm_is_refused_naming_the_supported_range() -> None:
+def test_an_unsupported_vllm_starts_without_the_backend_and_one_log_line_says_why() -> None:
     run = subprocess.run(
-        [sys.executable, "-c", REFUSE_OLD_VLLM], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", UNSUPPORTED_VLLM], capture_output=True, text=True, timeout=600
     )
     assert run.returncode == 0, run.stderr[-4000:]
-    message = run.stdout.strip().splitlines()[-1]
-    assert "vLLM 0.31.4 is installed" in message
-    assert ">=0.32.0,<0.33.0" in message
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"registered": False}
+    lines = [line for line in run.stderr.splitlines() if "grammar-guard" in line]
+    assert len(lines) == 1, run.stderr[-4000:]
+    assert "vLLM 0.31.4 is installed" in lines[0]
+    assert ">=0.32.0,<0.34.0" in lines[0]
+    assert "not registered" in lines[0]
+    assert "Traceback" not in run.stderr
 
 
 def test_server_flag_in_dotted_form(tiny_model: str) -> None:
@@ -104,3 +127,68 @@ def test_other_backends_keep_vllm_rules(tiny_model: str) -> None:
     )  # fmt: skip
     assert run.returncode != 0
     assert "disable_any_whitespace is only supported" in run.stderr
+
+
+# Request admission through the patched StructuredOutputManager.grammar_init, in this process.
+
+
+@pytest.fixture
+def admitted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A backend with none of its state: what it admits is recorded, nothing compiles."""
+    grammar_guard.register()
+    requests: list[str] = []
+    monkeypatch.setattr(GrammarGuardBackend, "__post_init__", lambda self: None)
+    monkeypatch.setattr(
+        GrammarGuardBackend,
+        "admit_request",
+        lambda self, request, *, block: requests.append(request.request_id),
+    )
+    yield requests
+
+
+def _manager() -> Any:
+    manager = object.__new__(StructuredOutputManager)
+    manager.backend = None
+    manager.backend_name = None  # vLLM 0.33's __init__ sets it; 0.32 never reads it
+    manager.tokenizer = None
+    manager.vllm_config = SimpleNamespace(model_config=SimpleNamespace(get_vocab_size=lambda: 64))
+    manager._use_async_grammar_compilation = True
+    return manager
+
+
+def _request(request_id: str, backend: str) -> Any:
+    structured_outputs = SimpleNamespace(_backend=backend)
+    return SimpleNamespace(
+        request_id=request_id,
+        structured_output_request=SimpleNamespace(grammar=None),
+        sampling_params=SimpleNamespace(structured_outputs=structured_outputs),
+    )
+
+
+def test_grammar_guard_requests_go_to_the_plugin_whatever_the_engine_backend_name(
+    admitted: list[str],
+) -> None:
+    manager = _manager()
+    StructuredOutputManager.grammar_init(manager, _request("first", BACKEND_NAME))
+    # vLLM 0.33 refuses a request whose backend is not the engine's; the
+    # plugin's requests never reach that check, even under another name.
+    manager.backend_name = "xgrammar"
+    StructuredOutputManager.grammar_init(manager, _request("second", BACKEND_NAME))
+
+    assert admitted == ["first", "second"]
+    assert isinstance(manager.backend, GrammarGuardBackend)
+
+
+def test_the_plugin_names_its_backend_where_vllm_refuses_other_backends(
+    admitted: list[str],
+) -> None:
+    manager = _manager()
+    StructuredOutputManager.grammar_init(manager, _request("ours", BACKEND_NAME))
+    if not installed_release().names_engine_backend:
+        assert manager.backend_name is None
+        pytest.skip(f"vLLM {installed_release().name} has one backend per engine without a check")
+
+    assert manager.backend_name == BACKEND_NAME
+    with pytest.raises(VLLMValidationError, match="only supports one backend per engine"):
+        StructuredOutputManager.grammar_init(manager, _request("theirs", "xgrammar"))
+    assert admitted == ["ours"]

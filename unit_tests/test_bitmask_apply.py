@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,6 +25,7 @@ from grammar_guard.core.bitmask_apply import (
     GraphSafeBitmaskApplier,
 )
 from grammar_guard.vllm_adapter import apply_hook
+from grammar_guard.vllm_adapter.compat import MaskLayout, installed_release
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 VOCABS = (1, 31, 33, 1000, 129280)
@@ -209,7 +213,10 @@ def test_rejects_inputs_it_cannot_mask() -> None:
         applier.apply(torch.zeros(64), torch.zeros((1, 2), dtype=torch.int32))
 
 
-# The hook: vLLM's real dataclasses, a stand-in input batch.
+# The hook: vLLM's real dataclasses, a stand-in input batch. Seam tests: they
+# also run against vLLM 0.33, whose mask gives each request a fixed block.
+
+MAX_DRAFTS = 3
 
 
 def hook_inputs(
@@ -218,13 +225,14 @@ def hook_inputs(
     """A batch with drafts on some requests and grammars on others, in scheduler order."""
     rng = np.random.default_rng(seed)
     req_ids = [f"req-{i}" for i in rng.permutation(num_reqs)]
-    drafts = {r: [0] * int(rng.integers(1, 4)) for r in req_ids if rng.random() < 0.4}
+    drafts = {r: [0] * int(rng.integers(1, MAX_DRAFTS + 1)) for r in req_ids if rng.random() < 0.4}
     grammar_ids = [r for r in rng.permutation(req_ids) if rng.random() < 0.6]
     if not grammar_ids:
         grammar_ids = [req_ids[0]]
     scheduler_output = SchedulerOutput.make_empty()
     scheduler_output.scheduled_spec_decode_tokens = drafts
-    mask_rows = sum(1 + len(drafts.get(r, ())) for r in grammar_ids)
+    rows_per_request = np.array([1 + len(drafts.get(r, ())) for r in grammar_ids])
+    mask_rows = installed_release().mask_layout.total_rows(rows_per_request, 1 + MAX_DRAFTS)
     generator = torch.Generator().manual_seed(seed)
     bitmask = random_bitmask(generator, mask_rows, vocab, "words").numpy()
     grammar_output = GrammarOutput(grammar_ids, bitmask)
@@ -236,9 +244,15 @@ def hook_inputs(
     return scheduler_output, grammar_output, input_batch, logits
 
 
+@pytest.mark.seam
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("seed", range(6))
-def test_hook_applies_what_vllms_function_applies(dtype: torch.dtype, seed: int) -> None:
+def test_hook_applies_what_vllms_function_applies(
+    dtype: torch.dtype, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM pins its staging buffer where the platform allows it, which a CUDA
+    # build of torch (vLLM 0.33's wheel) cannot do without a GPU.
+    monkeypatch.setattr(vllm_utils, "PIN_MEMORY", False)
     vocab = 129280 if seed == 0 else 1000
     scheduler_output, grammar_output, input_batch, logits = hook_inputs(seed, 9, vocab, dtype)
     expected = logits.clone()
@@ -247,17 +261,26 @@ def test_hook_applies_what_vllms_function_applies(dtype: torch.dtype, seed: int)
     assert_same(logits, expected)
 
 
-def test_mask_placement_follows_drafts_and_batch_order() -> None:
+@pytest.mark.seam
+@pytest.mark.parametrize(
+    ("layout", "num_mask_rows", "expected_mask_rows"),
+    [(MaskLayout.PACKED, 6, [0, 1, 3, 4, 5]), (MaskLayout.BLOCKS, 9, [0, 1, 6, 7, 8])],
+)
+def test_mask_placement_follows_drafts_batch_order_and_layout(
+    layout: MaskLayout, num_mask_rows: int, expected_mask_rows: list[int]
+) -> None:
     logits_rows, mask_rows = apply_hook.mask_placement(
         ["a", "b", "c"],
         {"a": 0, "b": 1, "c": 2},
         {"a": [7, 7], "c": [7]},
         ["c", "gone", "a"],
+        layout,
+        num_mask_rows,
     )
     # a owns logits 0-2, b logit 3, c logits 4-5; the mask holds c (2 rows),
-    # "gone" (1 row, not in the batch) and a (3 rows).
+    # "gone" (1 row, not in the batch) and a (3 rows), packed or in blocks of 3.
     assert logits_rows.tolist() == [4, 5, 0, 1, 2]
-    assert mask_rows.tolist() == [0, 1, 3, 4, 5]
+    assert mask_rows.tolist() == expected_mask_rows
 
 
 def fake_runner(backend: str) -> Any:
@@ -278,6 +301,7 @@ def sampling_runner() -> Iterator[Callable[[Any], None]]:
         apply_hook._sampling_runner.reset(token)
 
 
+@pytest.mark.seam
 @pytest.mark.parametrize(
     ("backend", "plugin_applies"), [(BACKEND_NAME, True), ("xgrammar", False), ("auto", False)]
 )
@@ -294,6 +318,7 @@ def test_only_grammar_guard_runners_take_over(
     assert (calls == ["vllm"]) is not plugin_applies
 
 
+@pytest.mark.seam
 def test_outside_sample_tokens_vllms_function_runs() -> None:
     calls: list[str] = []
     dispatch = apply_hook._dispatch_apply(lambda *args: calls.append("vllm"))
@@ -301,6 +326,7 @@ def test_outside_sample_tokens_vllms_function_runs() -> None:
     assert calls == ["vllm"]
 
 
+@pytest.mark.seam
 def test_install_is_idempotent() -> None:
     from vllm.v1.worker import gpu_model_runner
 
@@ -312,3 +338,17 @@ def test_install_is_idempotent() -> None:
     assert apply_hook.apply_hook_installed()
     wrapped = gpu_model_runner.apply_grammar_bitmask.__wrapped__  # type: ignore[attr-defined]
     assert wrapped is vllm_utils.apply_grammar_bitmask
+
+
+def test_the_gpu_check_skips_cleanly_without_a_gpu() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: run benchmarks/gpu_apply_check.py itself")
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_apply_check.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--part", "engines"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("skipped: ")

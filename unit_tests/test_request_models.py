@@ -13,6 +13,8 @@ from grammar_guard.vllm_adapter.request_models import request_models, type_check
 
 grammar_guard.register()
 
+pytestmark = pytest.mark.seam
+
 BODIES = {
     "CompletionRequest": {"model": "m", "prompt": "Answer: "},
     "ChatCompletionRequest": {"model": "m", "messages": [{"role": "user", "content": "Hi"}]},

