@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.compilers import (
@@ -121,12 +120,6 @@ class ProcessCompiler:
         self._recipe = tempfile.TemporaryFile()  # noqa: SIM115
         self._recipe.write(pickle.dumps(engine.recipe(), protocol=pickle.HIGHEST_PROTOCOL))
         self._recipe.flush()
-        # Every worker is started from this one thread, made here on the
-        # engine's thread: a process inherits the nice value of the thread
-        # that starts it, and a replacement started from a compile thread at
-        # nice +19 would take minutes to import torch on a busy machine.
-        self._starter = ThreadPoolExecutor(1, thread_name_prefix="grammar-guard-worker-start")
-        self._starter.submit(lambda: None).result()
         self._changed = threading.Condition()
         self._closed = False
         self._live: set[_Worker] = set()
@@ -178,7 +171,6 @@ class ProcessCompiler:
         # A busy worker's socket belongs to the thread using it, which closes it.
         for worker in idle:
             worker.connection.close()
-        self._starter.shutdown(wait=False)
         self._recipe.close()
 
     # -- the pool ------------------------------------------------------------
@@ -230,11 +222,6 @@ class ProcessCompiler:
 
     def _start_worker(self) -> _Worker:
         """Start a worker process; called with the lock held, so close() cannot miss it."""
-        worker = self._starter.submit(self._spawn).result()
-        self._live.add(worker)
-        return worker
-
-    def _spawn(self) -> _Worker:
         ours, theirs = socket.socketpair()
         recipe_fd = self._recipe.fileno()
         arguments = [theirs.fileno(), recipe_fd, os.getpid(), self._niceness]
@@ -250,7 +237,9 @@ class ProcessCompiler:
             raise
         finally:
             theirs.close()  # the worker's copy is the only one left: its exit closes the socket
-        return _Worker(process, ours)
+        worker = _Worker(process, ours)
+        self._live.add(worker)
+        return worker
 
     # -- one compile ---------------------------------------------------------
 
@@ -355,6 +344,12 @@ def _receive_exactly(connection: socket.socket, size: int, deadline: float | Non
 def _worker_main(socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Before the start-up too: four workers importing torch and building the
+    # tokenizer at the engine's priority held both cores of a small machine
+    # for ten seconds after the engine reported ready, slowing every request.
+    # Quick compiles never wait for a worker, so a slow start costs only the
+    # slow compiles that arrive first. Threads xgrammar starts inherit it.
+    os.nice(niceness)
     _exit_when_orphaned(parent_pid)
     connection = socket.socket(fileno=socket_fd)
     try:
@@ -365,10 +360,6 @@ def _worker_main(socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int)
         return
     finally:
         os.close(recipe_fd)
-    # After the start-up, which would take minutes at a low priority on a busy
-    # machine; before any compile, since xgrammar starts its compile threads
-    # per compile and threads inherit the nice value of the thread starting them.
-    os.nice(niceness)
     _send(connection, _READY, b"")
     while True:
         try:
