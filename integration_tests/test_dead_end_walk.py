@@ -36,6 +36,7 @@ from grammar_guard.core.routing import EngineName, RoutedEngine, slow_for_xgramm
 from grammar_guard.core.settings import EngineSelection
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.demo.cases import LISTED_PATTERN_SCHEMA
 
 if TYPE_CHECKING:
     import torch
@@ -51,16 +52,6 @@ STEPS = 160
 # In a JSON grammar whitespace is never needed, so a state allowing nothing
 # else is a dead end; a few steps are allowed for a string that asks for it.
 WHITESPACE_STEPS = 16
-VLLM_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "score": {"type": "integer", "multipleOf": 5},
-        "tags": {"type": "array", "items": {"type": "string", "minLength": 10, "maxLength": 20}},
-    },
-    "required": ["score", "tags"],
-    "additionalProperties": False,
-    "patternProperties": {"^score$": {"type": "integer"}},
-}
 OPTIONS = {"compact": CompileOptions(any_whitespace=False), "whitespace": CompileOptions()}
 # A dead end's message shows this much of the text before it.
 EXCERPT_CHARS = 200
@@ -180,7 +171,7 @@ def engines() -> Engines:
 
 
 def _schemas() -> Iterator[tuple[str, Any]]:
-    yield "vLLM's test schema", VLLM_SCHEMA
+    yield "vLLM's test schema", LISTED_PATTERN_SCHEMA
     for ref in discover(DATA_DIR, Selection(limit=SCHEMAS_PER_CATEGORY)):
         yield ref.name, load_case(DATA_DIR, ref).schema
 
@@ -226,6 +217,6 @@ def test_no_allowed_token_leads_into_a_dead_end(
 def test_vllms_test_schema_is_served_and_ends_after_its_last_property(
     engines: Engines, options: CompileOptions
 ) -> None:
-    spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, VLLM_SCHEMA, options)
+    spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, LISTED_PATTERN_SCHEMA, options)
     compiled = engines.routed.compile(spec)  # raises if refused
     assert _dead_end(engines.routed, compiled, engines.walker, "vLLM's test schema") is None

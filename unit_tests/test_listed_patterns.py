@@ -14,18 +14,8 @@ from grammar_guard.core.listed_patterns import fold_listed_patterns, listed_name
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.routing import EngineName, RoutedEngine
 from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.demo.cases import LISTED_PATTERN_SCHEMA
 
-# vLLM's own test schema (issue 15): its only pattern names a listed property.
-VLLM_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "score": {"type": "integer", "multipleOf": 5},
-        "tags": {"type": "array", "items": {"type": "string", "minLength": 10, "maxLength": 20}},
-    },
-    "required": ["score", "tags"],
-    "additionalProperties": False,
-    "patternProperties": {"^score$": {"type": "integer"}},
-}
 NAMES = frozenset({"a", "b", "line1", "line2", "line3", "x.y"})
 
 
@@ -89,8 +79,8 @@ def test_a_pattern_lists_its_names_only_when_all_of_them_are_declared(
 
 
 def test_the_vllm_schema_ends_after_its_last_property(routed: RoutedEngine) -> None:
-    assert routed.route(_json(VLLM_SCHEMA)).engine is EngineName.LLGUIDANCE
-    matcher = _fed(routed, VLLM_SCHEMA, '{"score":5,"tags":[]')
+    assert routed.route(_json(LISTED_PATTERN_SCHEMA)).engine is EngineName.LLGUIDANCE
+    matcher = _fed(routed, LISTED_PATTERN_SCHEMA, '{"score":5,"tags":[]')
     assert not _allows(matcher, ",")
     assert matcher.accept_token(VOCAB.index("}")) and _ends(matcher)
 

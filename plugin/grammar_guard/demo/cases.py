@@ -76,6 +76,18 @@ STRUCTURAL_TAG = {
         "end": "</weather>",
     },
 }
+# vLLM's own structured-output test schema: its only pattern names a listed
+# property, which led llguidance into a dead end (core/listed_patterns.py).
+LISTED_PATTERN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "integer", "multipleOf": 5},
+        "tags": {"type": "array", "items": {"type": "string", "minLength": 10, "maxLength": 20}},
+    },
+    "required": ["score", "tags"],
+    "additionalProperties": False,
+    "patternProperties": {"^score$": {"type": "integer"}},
+}
 _TAG_PATTERN = re.compile(r"<weather>(.*)</weather>", re.DOTALL)
 
 
