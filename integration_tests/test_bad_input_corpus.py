@@ -31,6 +31,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS
 from grammar_guard.vllm_adapter.frontend import PARSE_DEADLINE_S
 from integration_tests.bad_input_corpus import (
     CORPUS,
@@ -79,16 +80,19 @@ def server(tiny_model: str) -> Iterator[ApiServer]:
 
 
 def wait_for_compile_workers(server: ApiServer) -> None:
-    """Return once a schema never seen before is served.
+    """Return once a schema never seen before is compiled by a compile worker process.
 
-    The engine starts its compile worker processes with the first structured
-    request, and on a loaded machine they take longer to boot than the 2 s
-    compile timeout, so the first compiles time out. That is start-up, not
-    bad input: the corpus and the good stream begin after it.
+    Quick compiles never wait for a worker, but the corpus's large schemas
+    do, and the workers start at nice +19 with the engine: on a loaded
+    machine they take longer than the 2 s compile timeout, and the first
+    large compiles would time out. That is start-up, not bad input: the
+    corpus and the good stream begin after it. A schema past the quick
+    lane's size goes to a worker.
     """
     deadline = time.monotonic() + WORKERS_READY_BOUND_S
     for attempt in itertools.count():
-        case = good_case(f"warm-up-{attempt}", good_schema(f"w{attempt}"), seed=attempt)
+        schema = {**good_schema(f"w{attempt}"), "description": "w" * QUICK_LANE_MAX_CHARS}
+        case = good_case(f"warm-up-{attempt}", schema, seed=attempt)
         reply, _ = post(server.base_url, case, server.model)
         if reply.status == 200:
             case.verify(reply)

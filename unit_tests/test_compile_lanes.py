@@ -78,7 +78,7 @@ def test_the_router_predicts_which_compiles_are_quick(routed: RoutedEngine) -> N
     assert routed.compiles_quickly(_json(PLAIN))  # small, xgrammar
     assert routed.compiles_quickly(_json(LONG_STRING))  # llguidance
     assert routed.compiles_quickly(_json(NEITHER))  # refused: compiles nowhere
-    assert not routed.compiles_quickly(_json(LARGE_ENUM))  # judged by its size alone
+    assert not routed.compiles_quickly(_json(LARGE_ENUM))  # large, for xgrammar
     slow_regex = GrammarSpec.build(RequestKind.REGEX, "[a-z]{300}", COMPACT)
     assert routed.route(slow_regex).engine is EngineName.LLGUIDANCE
     assert routed.compiles_quickly(slow_regex)
@@ -97,6 +97,15 @@ def test_quick_compiles_stay_in_the_thread_and_others_go_to_workers(
     assert elsewhere.priorities == {}
     compiler.compile(_json(LARGE_ENUM))
     assert list(elsewhere.priorities) == [_json(LARGE_ENUM)]
+
+
+def test_a_large_spec_goes_to_the_isolated_lane_whatever_its_engine(
+    service: CompileService, routed: RoutedEngine
+) -> None:
+    large_string = {**LONG_STRING, "description": "x" * QUICK_SPEC_CHARS}
+    assert routed.compiles_quickly(_json(large_string))  # llguidance: quick, in a thread
+    assert not service.compiles_quickly(_json(large_string))  # but not on the engine's lane
+    assert service.compiles_quickly(_json(LONG_STRING))
 
 
 def test_a_quick_compile_does_not_queue_behind_a_slow_one(

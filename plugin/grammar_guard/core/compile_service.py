@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 # Quick compiles take milliseconds each; two threads keep a burst of new keys
 # moving without taking every core from the decoding loop.
 QUICK_LANE_THREADS = 2
+# Larger specs go to the isolated lane whatever the engine predicts: judging
+# one means parsing it, which must not happen on the thread admitting requests.
+QUICK_LANE_MAX_CHARS = 16 * 1024
 
 
 class _Tracked:
@@ -247,11 +250,14 @@ class CompileService:
             self._writer.shutdown(wait=False)
 
     def compiles_quickly(self, spec: GrammarSpec) -> bool:
-        """Whether ``spec`` goes to the quick lane: its compile takes milliseconds."""
-        return self._is_quick(spec)
+        """Whether ``spec`` goes to the quick lane: it is small and compiles in milliseconds."""
+        return self._lane_for(spec) is self._pool.quick
 
     def _lane_for(self, spec: GrammarSpec) -> Executor:
-        return self._pool.quick if self._is_quick(spec) else self._pool.isolated
+        # Runs on the admitting thread: a large spec is not even parsed there.
+        # A quick one still compiles in a thread, on the isolated lane.
+        small = len(spec.text) < QUICK_LANE_MAX_CHARS
+        return self._pool.quick if small and self._is_quick(spec) else self._pool.isolated
 
     def _fill(self, spec: GrammarSpec) -> CompiledGrammar:
         """The cache's compile function; runs on the compile pool."""

@@ -52,9 +52,9 @@ SLOW_REPEAT_COUNT = 64
 # Large grammars of any shape: xgrammar took 20 ms for a 30 kB enum, 0.4 s
 # for 120 kB and tens of seconds for 560 kB, llguidance 0.14 s for 560 kB.
 SLOW_SPEC_CHARS = 64 * 1024
-# Below this size, and without those bounds, a compile takes milliseconds on
-# either engine (xgrammar took 20 ms for a 30 kB enum): quick enough to run
-# at the engine's own priority rather than in a killable worker process.
+# Below this size, and without those bounds, an xgrammar compile takes
+# milliseconds (it took 20 ms for a 30 kB enum): quick enough to run in a
+# thread rather than in a killable worker process.
 QUICK_SPEC_CHARS = 16 * 1024
 _STRING_BOUNDS = ("maxLength", "minLength")
 _REMEMBERED_ROUTES = 1024
@@ -339,19 +339,18 @@ class RoutedEngine:
     def compiles_quickly(self, spec: GrammarSpec) -> bool:
         """Whether ``spec`` compiles in milliseconds, so it needs no process to be killed in.
 
-        llguidance bounds its own work (lexer fuel, grammar size); xgrammar
-        is quick on a small spec without the bounds :func:`slow_for_xgrammar`
-        looks for. A spec that is refused compiles nowhere and is quick too.
-        A large spec is not quick on either engine: judging it by its size
-        alone keeps this cheap on the thread that admits requests.
+        llguidance bounds its own work (lexer fuel, grammar size), at any
+        size; xgrammar is quick on a small spec without the bounds
+        :func:`slow_for_xgrammar` looks for. A spec that is refused compiles
+        nowhere and is quick too.
         """
-        if len(spec.text) >= QUICK_SPEC_CHARS:
-            return False
         try:
             engine = self.route(spec).engine
         except InvalidGrammarError:
             return True
-        return engine is EngineName.LLGUIDANCE or not slow_for_xgrammar(spec)
+        if engine is EngineName.LLGUIDANCE:
+            return True
+        return len(spec.text) < QUICK_SPEC_CHARS and not slow_for_xgrammar(spec)
 
     def check(
         self, spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
