@@ -24,8 +24,10 @@ import grammar_guard
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.failures import FailureClass, decode
 from grammar_guard.core.inline_wait import InlineWaitBudget
+from grammar_guard.core.llguidance_engine import LLGuidanceMatcher
+from grammar_guard.core.metrics import LabelledCounter
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
 from grammar_guard.vllm_adapter import backend as backend_module
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar, build_engine
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
@@ -309,3 +311,23 @@ def test_a_new_backend_on_the_same_cache_folder_loads_instead_of_compiling(
         assert snapshot["grammar_guard_disk_misses_total"] == 0
     finally:
         second.destroy()
+
+
+def test_a_reused_bounded_string_key_moves_to_xgrammar_through_a_compile_worker(
+    backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    schema = '{"type":"object","properties":{"sku":{"type":"string","maxLength":8}}}'
+    first = backend.compile_grammar(StructuredOutputOptions.JSON, schema)
+    second = backend.compile_grammar(StructuredOutputOptions.JSON, schema)  # the reuse
+    # The upgrade compiles in a worker process at nice +19, which a busy machine
+    # starts slowly: the guard only turns a hang into a failure.
+    assert backend.service.drain(4 * HANG_GUARD_S)
+    third = backend.compile_grammar(StructuredOutputOptions.JSON, schema)
+    assert isinstance(first, GuardedGrammar) and isinstance(third, GuardedGrammar)
+    assert isinstance(first.batch_matcher(), LLGuidanceMatcher)
+    assert isinstance(third.batch_matcher(), XGrammarMatcher)
+    labelled = backend.service.metrics.snapshot().labelled_values(LabelledCounter.UPGRADES)
+    assert labelled == {"done": 1}
+    for grammar in (first, second, third):
+        assert grammar.accept_tokens("r", _tokens(tokenizer, '{"sku":"ab-12"}'))
+        assert not grammar.accept_tokens("r", _tokens(tokenizer, "x"))

@@ -733,3 +733,42 @@ def test_threads_racing_on_a_key_whose_marker_expires_mid_compile(
     second_gate.set()
     assert {f.result(timeout=HANG_GUARD_S) for f in racers} == {"compiled:k"}
     assert h.compiler.calls["k"] == 2 and h.cache.timeouts_of("k") == 0
+
+
+# --- upgrades: a second grammar for a served key ---------------------------------
+
+
+def test_an_upgrade_serves_later_requests_and_charges_its_own_size(h: Harness) -> None:
+    first = h.cache.admit("k")
+    h.manual.run_next()
+    assert h.cache.size_bytes == 100
+    assert h.cache.upgrade("k", "big:k")
+    assert h.cache.admit("k").future.result(timeout=0) == "big:k"
+    assert first.future.result(timeout=0) == "compiled:k"  # the earlier request keeps its own
+    assert h.cache.size_bytes == 1000
+
+
+@pytest.mark.parametrize("state", ["in flight", "invalid", "timed out", "absent"])
+def test_only_a_key_served_now_is_upgraded(h: Harness, state: str) -> None:
+    if state == "invalid":
+        h.compiler.errors["k"] = InvalidGrammarError("no")
+    if state == "timed out":
+        h.time_out_once("k")
+        h.manual.run_next()  # lands behind its fresh marker
+    elif state != "absent":
+        h.cache.admit("k")
+        if state == "invalid":
+            h.manual.run_next()
+    assert not h.cache.upgrade("k", "other")
+    if state == "in flight":
+        h.manual.run_next()
+        assert h.cache.admit("k").future.result(timeout=0) == "compiled:k"
+
+
+def test_an_upgrade_over_the_byte_bound_evicts_least_recently_used_entries() -> None:
+    h = Harness(CacheSettings(max_bytes=1200, max_entries=100))
+    fill(h, "a", "b", "c")
+    assert h.cache.upgrade("c", "big:c")  # 100 + 100 + 1000 fits; then a and b
+    assert h.cache.size_bytes == 1200
+    assert h.cache.upgrade("b", "big:b")  # 2100: a, then c go
+    assert h.cache.size_bytes <= 1200 and h.cache.admit("b").hit

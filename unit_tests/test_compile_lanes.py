@@ -15,14 +15,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from unit_tests.conftest import COMPACT
+from unit_tests.conftest import COMPACT, SmallTokenizer
 
 from grammar_guard.core.compile_service import CompileService
-from grammar_guard.core.compilers import CompileResult, QuickInThreadCompiler
+from grammar_guard.core.compilers import CompileResult
 from grammar_guard.core.errors import UnenforcedKeywordError
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.routing import QUICK_SPEC_CHARS, EngineName, RoutedCompiled, RoutedEngine
 from grammar_guard.core.settings import CacheSettings
 from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
 HANG_GUARD_S = 60.0
 
@@ -41,69 +43,92 @@ def _priority() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
-class _Recording:
-    """Compiles with ``engine``; records each spec's thread priority; a held spec waits."""
+class _Recording(RoutedEngine):
+    """The routed small engines; records each compile's thread priority; a held spec waits."""
 
-    def __init__(self, engine: RoutedEngine) -> None:
-        self._engine = engine
+    def __init__(self, xgrammar: XGrammarEngine, llguidance: LLGuidanceEngine) -> None:
+        super().__init__(xgrammar, llguidance)
         self.priorities: dict[GrammarSpec, int] = {}
         self.gates: dict[GrammarSpec, threading.Event] = {}
 
-    def compile(self, spec: GrammarSpec) -> CompileResult:
+    def compile_part(self, spec: GrammarSpec, part: str) -> RoutedCompiled:
         self.priorities[spec] = _priority()
         gate = self.gates.get(spec)
         if gate is not None:
             assert gate.wait(HANG_GUARD_S), "the test never released the compile"
-        return CompileResult(self._engine.compile(spec))
+        return super().compile_part(spec, part)
 
-    def close(self) -> None:
+    def release(self) -> None:
         for gate in self.gates.values():
             gate.set()
 
 
 @pytest.fixture
-def recording(routed: RoutedEngine) -> _Recording:
-    return _Recording(routed)
+def recording(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> Iterator[_Recording]:
+    engine = _Recording(small.engine, small_llguidance)
+    yield engine
+    engine.release()
 
 
 @pytest.fixture
-def service(routed: RoutedEngine, recording: _Recording) -> Iterator[CompileService]:
+def service(recording: _Recording) -> Iterator[CompileService]:
     # One slow-lane thread, so one held slow compile fills that lane.
-    running = CompileService(routed, CacheSettings(compile_workers=1), compiler=recording)
+    running = CompileService(recording, CacheSettings(compile_workers=1))
     yield running
+    recording.release()
     running.close("test over")
 
 
-def test_the_router_predicts_which_compiles_are_quick(routed: RoutedEngine) -> None:
-    assert routed.compiles_quickly(_json(PLAIN))  # small, xgrammar
-    assert routed.compiles_quickly(_json(LONG_STRING))  # llguidance
-    assert routed.compiles_quickly(_json(NEITHER))  # refused: compiles nowhere
-    assert not routed.compiles_quickly(_json(LARGE_ENUM))  # large, for xgrammar
+def test_the_router_plans_which_compiles_are_quick(routed: RoutedEngine) -> None:
+    assert routed.plan(_json(PLAIN)).quick  # small, xgrammar
+    assert routed.plan(_json(LONG_STRING)).quick  # llguidance
+    assert routed.plan(_json(NEITHER)).quick  # refused: compiles nowhere
+    assert not routed.plan(_json(LARGE_ENUM)).quick  # large, for xgrammar
     slow_regex = GrammarSpec.build(RequestKind.REGEX, "[a-z]{300}", COMPACT)
     assert routed.route(slow_regex).engine is EngineName.LLGUIDANCE
-    assert routed.compiles_quickly(slow_regex)
+    assert routed.plan(slow_regex).quick
+
+
+class _Elsewhere:
+    """A compiler standing for the worker processes: records what it was asked to compile."""
+
+    def __init__(self, engine: RoutedEngine) -> None:
+        self._engine = engine
+        self.orders: list[tuple[GrammarSpec, str | None]] = []
+
+    def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
+        self.orders.append((spec, part))
+        assert part is not None, "the plan's engine travels with the compile"
+        return CompileResult(self._engine.compile_part(spec, part))
+
+    def close(self) -> None:
+        pass
 
 
 def test_quick_compiles_stay_in_the_thread_and_others_go_to_workers(
     routed: RoutedEngine,
 ) -> None:
-    elsewhere = _Recording(routed)
-    compiler = QuickInThreadCompiler(routed, elsewhere)
-    quick = compiler.compile(_json(LONG_STRING)).compiled
-    assert isinstance(quick, RoutedCompiled) and quick.engine is EngineName.LLGUIDANCE
-    assert compiler.compile(_json(PLAIN)).compiled.engine is EngineName.XGRAMMAR
-    with pytest.raises(UnenforcedKeywordError):
-        compiler.compile(_json(NEITHER))  # refused in the thread too
-    assert elsewhere.priorities == {}
-    compiler.compile(_json(LARGE_ENUM))
-    assert list(elsewhere.priorities) == [_json(LARGE_ENUM)]
+    elsewhere = _Elsewhere(routed)
+    service = CompileService(routed, CacheSettings(compile_workers=1), compiler=elsewhere)
+    try:
+        quick = service.admit(_json(LONG_STRING)).future.result(timeout=HANG_GUARD_S)
+        assert isinstance(quick, RoutedCompiled) and quick.engine is EngineName.LLGUIDANCE
+        plain = service.admit(_json(PLAIN)).future.result(timeout=HANG_GUARD_S)
+        assert plain.engine is EngineName.XGRAMMAR
+        refused = service.admit(_json(NEITHER)).future
+        assert isinstance(refused.exception(timeout=HANG_GUARD_S), UnenforcedKeywordError)
+        assert elsewhere.orders == []
+        service.admit(_json(LARGE_ENUM)).future.result(timeout=HANG_GUARD_S)
+        assert elsewhere.orders == [(_json(LARGE_ENUM), EngineName.XGRAMMAR.value)]
+    finally:
+        service.close("test over")
 
 
 def test_a_large_spec_goes_to_the_isolated_lane_whatever_its_engine(
     service: CompileService, routed: RoutedEngine
 ) -> None:
     large_string = {**LONG_STRING, "description": "x" * QUICK_SPEC_CHARS}
-    assert routed.compiles_quickly(_json(large_string))  # llguidance: quick, in a thread
+    assert routed.plan(_json(large_string)).quick  # llguidance: quick, in a thread
     assert not service.compiles_quickly(_json(large_string))  # but not on the engine's lane
     assert service.compiles_quickly(_json(LONG_STRING))
 

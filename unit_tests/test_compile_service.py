@@ -51,7 +51,8 @@ class HeldCompiler:
         gate = self.gates[text] = threading.Event()
         return gate
 
-    def compile(self, spec: GrammarSpec) -> CompileResult:
+    def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
+        assert part is None, "a plain engine has no parts"
         self.compiled.append(spec)
         gate = self.gates.get(spec.text)
         if gate is not None:
@@ -284,9 +285,9 @@ def test_compiles_run_below_the_engine_s_priority(
     seen: dict[str, int] = {}
 
     class PriorityProbe(HeldCompiler):
-        def compile(self, spec: GrammarSpec) -> CompileResult:
+        def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
             seen["compile"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-            return super().compile(spec)
+            return super().compile(spec, part)
 
     engine_priority = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     service = _start(services, small, tmp_path, PriorityProbe(small))

@@ -29,6 +29,7 @@ def test_defaults() -> None:
     assert settings.compile_isolation is CompileIsolation.PROCESS
     assert settings.compile_niceness == 19  # compiles get the CPU the engine leaves
     assert settings.kill_after_s == 120.0  # four compile timeouts
+    assert settings.upgrade_after == 2  # a key's first reuse starts its upgrade
 
 
 def test_every_variable_is_read() -> None:
@@ -43,6 +44,7 @@ def test_every_variable_is_read() -> None:
             "GRAMMAR_GUARD_COMPILE_ISOLATION": " Thread ",
             "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": "5",
             "GRAMMAR_GUARD_COMPILE_NICENESS": "0",
+            "GRAMMAR_GUARD_UPGRADE_AFTER": "0",
         }
     )
     assert settings == CacheSettings(
@@ -55,6 +57,7 @@ def test_every_variable_is_read() -> None:
         compile_isolation=CompileIsolation.THREAD,
         compile_kill_after_s=5.0,
         compile_niceness=0,
+        upgrade_after=0,
     )
 
 
@@ -82,6 +85,8 @@ def test_ttl_and_hard_limit_follow_a_configured_timeout() -> None:
         ("GRAMMAR_GUARD_COMPILE_NICENESS", "-5"),
         ("GRAMMAR_GUARD_COMPILE_NICENESS", "20"),
         ("GRAMMAR_GUARD_COMPILE_NICENESS", "low"),
+        ("GRAMMAR_GUARD_UPGRADE_AFTER", "-1"),
+        ("GRAMMAR_GUARD_UPGRADE_AFTER", "often"),
     ],
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:

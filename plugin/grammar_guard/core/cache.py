@@ -192,6 +192,28 @@ class GrammarCache(Generic[K, V]):
             _resolve(admission, answer)
         return admission
 
+    def upgrade(self, key: K, value: V) -> bool:
+        """Serve ``value`` to ``key``'s later requests in place of the one it compiled to.
+
+        For a second compile of the same grammar, one that is cheaper to use.
+        Only a key whose compile succeeded and is served now is upgraded;
+        requests already holding the old value keep it. Returns whether the
+        value took its place (not for a key evicted, failed or timed out
+        since); the memory bound applies to the new size at once, and the
+        key counts as just used.
+        """
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or self._state(entry, self._clock()) is not _State.READY:
+                return False
+            entry.job.value = value
+            self._resize(entry, self._entry_bytes(entry))
+            # Upgrades follow requests, and a new value is the last to evict.
+            self._entries.move_to_end(key)
+            self._evict_over_budget()
+            self._publish_size()
+            return True
+
     def expire_due(self, now: float | None = None) -> float | None:
         """Fail every waiting request whose deadline has passed; return the next deadline."""
         now = self._clock() if now is None else now

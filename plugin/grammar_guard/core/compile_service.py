@@ -13,6 +13,11 @@ a compile always did:
    folder on a writer thread of its own, so neither those requests nor the
    next compile wait for the disk.
 
+Each key's :class:`CompilePlan` (from the engine, once per key) says which
+lane and which compiler it takes and which engine compiles it; a reused key
+whose plan names an upgrade is compiled again on that engine in the
+background (:mod:`grammar_guard.core.upgrades`).
+
 Compile errors and timeouts are never stored: only a grammar that compiled
 is, including one whose requests timed out before it landed.
 """
@@ -28,15 +33,11 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from grammar_guard.core.cache import Admission, Clock, DeadlineWatcher, GrammarCache
-from grammar_guard.core.compilers import (
-    Compiler,
-    CompileResult,
-    InThreadCompiler,
-    quick_compile_predicate,
-)
+from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler, planner
 from grammar_guard.core.disk_store import DiskStore
 from grammar_guard.core.metrics import CacheMetrics, LabelledCounter
 from grammar_guard.core.priority import lower_current_thread
+from grammar_guard.core.upgrades import Upgrades
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
@@ -121,7 +122,7 @@ class _Lane(Executor):
 
 
 class _CompilePool:
-    """The compile threads, in two lanes, so that a quick compile never queues behind a slow one.
+    """The compile threads, in lanes, so that a quick compile never queues behind a slow one.
 
     - The quick lane runs compiles that take milliseconds (the engine says
       which, before compiling) at the engine's own priority: a new key's
@@ -131,6 +132,9 @@ class _CompilePool:
     - The isolated lane runs every other compile at
       ``GRAMMAR_GUARD_COMPILE_NICENESS`` (in a worker process by default),
       so that seconds of compiling never slow the engine's decoding loop.
+    - The upgrade lane compiles one background upgrade at a time, at the
+      same priority, so upgrades never hold more than one of the isolated
+      compiles' workers.
 
     A quick lane's threads are started by the thread that first submits to
     them (the engine's), and so run at its priority.
@@ -156,13 +160,23 @@ class _CompilePool:
             self._deferred,
             **_at_compile_priority(settings),
         )
+        # Upgrades (see upgrades.py) one at a time, apart from the requests' compiles.
+        self.upgrades_tracked = _Tracked()
+        self.upgrade = _Lane(
+            "grammar-guard-upgrade",
+            1,
+            follow_ups,
+            self.upgrades_tracked,
+            self._deferred,
+            **_at_compile_priority(settings),
+        )
 
     def defer(self, task: Callable[[], None]) -> None:
         """Run ``task`` (elsewhere) after the current task returns; call from a compile task."""
         self._deferred.tasks.append(task)
 
     def shutdown(self) -> None:
-        for lane in (self.quick, self.isolated):
+        for lane in (self.quick, self.isolated, self.upgrade):
             lane.shutdown(wait=False, cancel_futures=True)
 
 
@@ -180,7 +194,9 @@ class CompileService:
     """Compiled grammars for one engine, under the cache's rules.
 
     ``clock`` drives the cache and its deadline watcher (tests pass their
-    own). ``compiler`` defaults to compiling in the pool's threads.
+    own). ``compiler`` runs every compile whose plan is not quick (all of a
+    plain engine's); it defaults to compiling in the pool's threads. Quick
+    ones compile in the quick lane's own threads.
     """
 
     def __init__(
@@ -195,7 +211,8 @@ class CompileService:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics or CacheMetrics()
-        self._compiler = compiler or InThreadCompiler(engine)
+        self._in_thread = InThreadCompiler(engine)
+        self._compiler = compiler or self._in_thread
         self.store: DiskStore | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._writes = _Tracked()
@@ -210,7 +227,7 @@ class CompileService:
                 1, thread_name_prefix="grammar-guard-disk", **_at_compile_priority(settings)
             )
         self._pool = _CompilePool(settings, self._start_write)
-        self._is_quick = quick_compile_predicate(engine)
+        self._plan = planner(engine)
         self._watcher = DeadlineWatcher(clock)
         self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
             self._fill,
@@ -223,18 +240,32 @@ class CompileService:
             executor_for=self._lane_for,
         )
         self._watcher.start(self.cache)
+        self._upgrades = Upgrades(
+            plan=self._plan,
+            compile_part=self._compiler.compile,
+            install=self._install_upgrade,
+            executor=self._pool.upgrade,
+            after=settings.upgrade_after,
+            max_tracked_keys=settings.max_tracked_keys,
+            metrics=self.metrics,
+        )
 
     def admit(self, spec: GrammarSpec) -> Admission[CompiledGrammar]:
         """The request's claim on ``spec``'s grammar; its future resolves exactly once."""
-        return self.cache.admit(spec)
+        admission = self.cache.admit(spec)
+        self._upgrades.note(spec, admission)
+        return admission
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait for the compiles and disk writes started so far; False if ``timeout`` passed."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._pool.tracked.wait(timeout):
-            return False
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._writes.wait(remaining)
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        # In this order: compiles start upgrades, and both start writes.
+        stages = (self._pool.tracked, self._pool.upgrades_tracked, self._writes)
+        return all(stage.wait(remaining()) for stage in stages)
 
     def close(self, reason: str) -> None:
         """Fail every request still waiting with ``reason`` and stop compiling.
@@ -257,18 +288,34 @@ class CompileService:
         # Runs on the admitting thread: a large spec is not even parsed there.
         # A quick one still compiles in a thread, on the isolated lane.
         small = len(spec.text) < QUICK_LANE_MAX_CHARS
-        return self._pool.quick if small and self._is_quick(spec) else self._pool.isolated
+        return self._pool.quick if small and self._plan(spec).quick else self._pool.isolated
 
     def _fill(self, spec: GrammarSpec) -> CompiledGrammar:
         """The cache's compile function; runs on the compile pool."""
         store = self.store
         if store is not None and (loaded := store.load(spec)) is not None:
             return loaded
-        result = self._compiler.compile(spec)
+        plan = self._plan(spec)
+        compiler = self._in_thread if plan.quick else self._compiler
+        result = compiler.compile(spec, plan.part)
         self.metrics.count_labelled(LabelledCounter.COMPILES_BY_ENGINE, result.compiled.engine_name)
-        if store is not None:
-            self._pool.defer(functools.partial(self._save, store, spec, result))
+        self._store_later(spec, result)
         return result.compiled
+
+    def _install_upgrade(self, spec: GrammarSpec, result: CompileResult) -> bool:
+        """Serve an upgrade compile to the key's later requests; store it in place of the first.
+
+        Counted in ``grammar_guard_upgrades_total``, not among the cache's compiles.
+        """
+        if not self.cache.upgrade(spec, result.compiled):
+            return False
+        self._store_later(spec, result)
+        return True
+
+    def _store_later(self, spec: GrammarSpec, result: CompileResult) -> None:
+        """Store ``result`` once the current task has returned; call from a compile task."""
+        if self.store is not None:
+            self._pool.defer(functools.partial(self._save, self.store, spec, result))
 
     @staticmethod
     def _save(store: DiskStore, spec: GrammarSpec, result: CompileResult) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
+
+from grammar_guard.core.engine import CompilePlan, PlannedEngine
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
@@ -25,11 +27,23 @@ class CompileResult:
 
 
 class Compiler(Protocol):
-    def compile(self, spec: GrammarSpec) -> CompileResult:
-        """Compile ``spec``; raise ``InvalidGrammarError`` if it cannot be compiled."""
+    def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
+        """Compile ``spec`` (with ``part`` of an engine made of parts, if given).
+
+        Raises ``InvalidGrammarError`` if it cannot be compiled.
+        """
         ...
 
     def close(self) -> None: ...
+
+
+def compile_with(engine: GrammarEngine, spec: GrammarSpec, part: str | None) -> CompiledGrammar:
+    """``spec`` compiled by ``engine``, or by its part ``part`` as the key's plan decided."""
+    if part is None:
+        return engine.compile(spec)
+    if not isinstance(engine, PlannedEngine):
+        raise TypeError(f"{type(engine).__name__} has no parts; cannot compile with {part!r}")
+    return engine.compile_part(spec, part)
 
 
 class InThreadCompiler:
@@ -38,55 +52,30 @@ class InThreadCompiler:
     def __init__(self, engine: GrammarEngine) -> None:
         self._engine = engine
 
-    def compile(self, spec: GrammarSpec) -> CompileResult:
-        return CompileResult(self._engine.compile(spec))
+    def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
+        return CompileResult(compile_with(self._engine, spec, part))
 
     def close(self) -> None:
         pass
 
 
-@runtime_checkable
-class QuickCompileEngine(Protocol):
-    """An engine that knows, before compiling, which specs compile in milliseconds."""
-
-    def compiles_quickly(self, spec: GrammarSpec) -> bool: ...
+_UNPLANNED = CompilePlan()
 
 
-def quick_compile_predicate(engine: GrammarEngine) -> Callable[[GrammarSpec], bool]:
-    """Which specs compile in milliseconds, by ``engine``'s own prediction; none if it has none.
+def planner(engine: GrammarEngine) -> Callable[[GrammarSpec], CompilePlan]:
+    """Each key's plan by ``engine``'s own decision; the default plan if it makes none.
 
-    The predicate runs on the thread admitting a request (the engine's
-    loop), once per new key, and never raises: a spec it cannot judge is
-    not quick.
+    The planner runs on the thread admitting a request (the engine's loop),
+    at most once per key, and never raises: a spec it cannot judge gets the
+    default plan (not quick, no upgrade) and fails, if it must, in its compile.
     """
-    if not isinstance(engine, QuickCompileEngine):
-        return lambda _spec: False
+    if not isinstance(engine, PlannedEngine):
+        return lambda _spec: _UNPLANNED
 
-    def is_quick(spec: GrammarSpec) -> bool:
+    def plan(spec: GrammarSpec) -> CompilePlan:
         try:
-            return engine.compiles_quickly(spec)
+            return engine.plan(spec)
         except Exception:
-            return False
+            return _UNPLANNED
 
-    return is_quick
-
-
-class QuickInThreadCompiler:
-    """Compiles the specs its engine says are quick in the caller's thread, others elsewhere.
-
-    A millisecond compile sent to a worker process would pay more for the
-    round trip than for the compile, and would wait for a worker to start.
-    """
-
-    def __init__(self, engine: GrammarEngine, elsewhere: Compiler) -> None:
-        self._in_thread = InThreadCompiler(engine)
-        self._is_quick = quick_compile_predicate(engine)
-        self._elsewhere = elsewhere
-
-    def compile(self, spec: GrammarSpec) -> CompileResult:
-        if self._is_quick(spec):
-            return self._in_thread.compile(spec)
-        return self._elsewhere.compile(spec)
-
-    def close(self) -> None:
-        self._elsewhere.close()
+    return plan

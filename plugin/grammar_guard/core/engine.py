@@ -1,8 +1,9 @@
 """The seam between the backend and a grammar library.
 
 Everything above this interface (cache, hosts, bitmask handling) is written
-against these protocols; a grammar library (xgrammar today) lives entirely in
-its own module below it. All engines fill the same bitmask layout: one int32
+against these protocols; each grammar library (xgrammar, llguidance) lives
+entirely in its own module below it, and ``routing`` puts both behind one
+engine. All engines fill the same bitmask layout: one int32
 row per sequence, bit ``t % 32`` of word ``t // 32`` set when token ``t`` is
 allowed.
 """
@@ -10,7 +11,8 @@ allowed.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from grammar_guard.core.settings import UnenforcedPolicy
 
@@ -66,6 +68,36 @@ class EngineRecipe(Protocol):
     """What another process needs to build an equal engine; picklable."""
 
     def build(self) -> GrammarEngine: ...
+
+
+@dataclass(frozen=True)
+class CompilePlan:
+    """How one key compiles: decided once per key, before compiling, and carried to the compile.
+
+    A plain engine's plan is the default: it compiles every spec itself, in
+    whatever process the compiler chose.
+    """
+
+    # Which part of an engine made of parts compiles the key; None: the engine decides.
+    part: str | None = None
+    # It compiles in milliseconds: a thread at the engine's priority is enough.
+    quick: bool = False
+    # A part that masks the key faster, enforcing the same language, but that
+    # compiles it too slowly to serve its first request; None if there is none.
+    upgrade: str | None = None
+
+
+@runtime_checkable
+class PlannedEngine(Protocol):
+    """An engine that decides, per key, where and with which of its parts the key compiles."""
+
+    def plan(self, spec: GrammarSpec) -> CompilePlan:
+        """The key's plan; never raises: a refused spec compiles quickly, to its error."""
+        ...
+
+    def compile_part(self, spec: GrammarSpec, part: str) -> CompiledGrammar:
+        """Compile ``spec`` with part ``part``, whatever the plan says."""
+        ...
 
 
 class GrammarEngine(Protocol):

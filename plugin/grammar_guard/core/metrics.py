@@ -52,10 +52,26 @@ class LabelledCounter(enum.Enum):
     # engine="none" is the rest of Counter.COMPILES: compiles refused before
     # any engine ran, and grammars loaded from the persistent cache.
     COMPILES_BY_ENGINE = "compiles"
+    # Background compiles of reused keys onto the faster-masking engine, by
+    # outcome (see UpgradeOutcome).
+    UPGRADES = "upgrades"
 
     @property
     def label_name(self) -> str:
-        return "engine" if self is LabelledCounter.COMPILES_BY_ENGINE else "keyword"
+        return _LABEL_NAMES[self]
+
+
+_LABEL_NAMES = {
+    LabelledCounter.UNENFORCED: "keyword",
+    LabelledCounter.COMPILES_BY_ENGINE: "engine",
+    LabelledCounter.UPGRADES: "outcome",
+}
+
+
+class UpgradeOutcome(enum.Enum):
+    DONE = "done"  # later requests of the key get the upgraded grammar
+    FAILED = "failed"  # the second engine refused or could not compile it in time
+    DROPPED = "dropped"  # compiled, but the key had left the cache (evicted, reset)
 
 
 # Compiles range from microseconds (small schemas) to tens of seconds (long

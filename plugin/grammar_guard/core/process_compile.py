@@ -13,8 +13,11 @@ rules out fork, and ``multiprocessing``'s spawn re-runs the parent's main
 module in the child, which under ``vllm serve`` would import vLLM there.
 Each worker builds its engine once from the engine's recipe, read from an
 unnamed temporary file, and then compiles one grammar at a time, sent over
-a socket pair. It answers with the serialised grammar, never with a pickle,
-so nothing a worker sends can run code in the engine process.
+a socket pair with the part of the engine the key's plan chose, so a worker
+never routes a key again (and, routed, builds llguidance's tokenizer only if
+it is ever asked to compile there).
+It answers with the serialised grammar, never with a pickle, so nothing a
+worker sends can run code in the engine process.
 """
 
 from __future__ import annotations
@@ -32,13 +35,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from grammar_guard.core.compilers import (
-    Compiler,
-    CompileResult,
-    InThreadCompiler,
-    QuickCompileEngine,
-    QuickInThreadCompiler,
-)
+from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler, compile_with
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, CompileIsolation
 
@@ -57,7 +54,7 @@ _EXIT_GRACE_S = 5.0
 
 # One message: a tag byte and the payload's length, then the payload.
 _HEADER = struct.Struct("!cQ")
-_COMPILE = b"C"  # to the worker: a pickled GrammarSpec
+_COMPILE = b"C"  # to the worker: a pickled (GrammarSpec, part name or None)
 _READY = b"R"  # the engine is built
 _START_FAILED = b"S"  # the engine could not be built: the reason
 _COMPILED = b"K"  # the serialised grammar
@@ -133,12 +130,12 @@ class ProcessCompiler:
             self.close()
             raise
 
-    def compile(self, spec: GrammarSpec) -> CompileResult:
+    def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
         worker = self._take()
         if worker is None:
             worker = self._fill_empty_slot()
         try:
-            tag, payload = self._exchange(worker, spec)
+            tag, payload = self._exchange(worker, spec, part)
         except _WorkerLost as lost:
             self._replace(worker)
             raise self._lost_error(worker, lost) from None
@@ -243,7 +240,9 @@ class ProcessCompiler:
 
     # -- one compile ---------------------------------------------------------
 
-    def _exchange(self, worker: _Worker, spec: GrammarSpec) -> tuple[bytes, bytes]:
+    def _exchange(
+        self, worker: _Worker, spec: GrammarSpec, part: str | None
+    ) -> tuple[bytes, bytes]:
         """Send ``spec`` to the worker (once it is ready) and return its answer."""
         if not worker.ready:
             tag, payload = self._receive(worker, time.monotonic() + _START_LIMIT_S, starting=True)
@@ -253,7 +252,7 @@ class ProcessCompiler:
         deadline = time.monotonic() + self._kill_after_s
         try:
             worker.connection.settimeout(self._kill_after_s)
-            _send(worker.connection, _COMPILE, pickle.dumps(spec))
+            _send(worker.connection, _COMPILE, pickle.dumps((spec, part)))
         except OSError as exc:  # the worker died while idle
             raise _WorkerLost(self._death(worker)) from exc
         return self._receive(worker, deadline, starting=False)
@@ -296,15 +295,12 @@ def make_compiler(engine: GrammarEngine, settings: CacheSettings) -> Compiler:
     """The compiler ``GRAMMAR_GUARD_COMPILE_ISOLATION`` asks for."""
     if settings.compile_isolation is CompileIsolation.THREAD:
         return InThreadCompiler(engine)
-    in_processes = ProcessCompiler(
+    return ProcessCompiler(
         engine,
         workers=settings.compile_workers,
         kill_after_s=settings.kill_after_s,
         niceness=settings.compile_niceness,
     )
-    if isinstance(engine, QuickCompileEngine):
-        return QuickInThreadCompiler(engine, in_processes)
-    return in_processes
 
 
 # -- the wire ----------------------------------------------------------------
@@ -369,10 +365,10 @@ def _worker_main(socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int)
             return
 
 
-def _compile_for_parent(engine: GrammarEngine, spec_pickle: bytes) -> tuple[bytes, bytes]:
+def _compile_for_parent(engine: GrammarEngine, order_pickle: bytes) -> tuple[bytes, bytes]:
     try:
-        spec = pickle.loads(spec_pickle)
-        return _COMPILED, engine.serialize(engine.compile(spec))
+        spec, part = pickle.loads(order_pickle)
+        return _COMPILED, engine.serialize(compile_with(engine, spec, part))
     except InvalidGrammarError as exc:
         return _INVALID, exc.reason.encode()
     except Exception as exc:

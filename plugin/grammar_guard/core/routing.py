@@ -13,6 +13,14 @@ same in every process and for every request of a key:
    compiles in about a millisecond, or a construct whose valid values
    xgrammar partly refuses (:func:`xgrammar_over_constrains`).
 
+Inside the engine core the decision is a :class:`CompilePlan`, made once per
+key and carried to wherever the key compiles: which engine compiles it,
+whether that takes milliseconds (a thread will do) and whether xgrammar,
+whose masks are the faster, could take the key over later. A key sent to
+llguidance only because xgrammar compiles it slowly is such a key: once it
+is reused, :mod:`grammar_guard.core.upgrades` compiles it on xgrammar in the
+background and later requests get that grammar.
+
 ``GRAMMAR_GUARD_ENGINE`` forces one engine for every key instead.
 """
 
@@ -28,6 +36,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grammar_guard.core.engine import CompilePlan
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
 from grammar_guard.core.schema_analysis import subschemas, type_set
@@ -57,6 +66,13 @@ SLOW_SPEC_CHARS = 64 * 1024
 # thread rather than in a killable worker process.
 QUICK_SPEC_CHARS = 16 * 1024
 _STRING_BOUNDS = ("maxLength", "minLength")
+# The longest xgrammar compile a background upgrade may cost, by the figures
+# above: seconds of one core at the lowest priority, and a grammar whose size
+# grows with it (12 MiB for strings of 1000 and 2000 characters). Beyond
+# this a key stays on llguidance.
+UPGRADE_MAX_COMPILE_S = 10.0
+_STRING_UNIT_S = 0.02
+_REPEAT_UNIT_S = 0.0015
 _REMEMBERED_ROUTES = 1024
 # How llguidance says it proved a schema allows nothing.
 _UNSATISFIABLE = "Unsatisfiable schema"
@@ -98,12 +114,21 @@ def route(
 
     Needs no tokenizer: cheap enough for an API server's request path.
     """
+    return _route(spec, unenforced, selection, slow=None)
+
+
+def _route(
+    spec: GrammarSpec, unenforced: UnenforcedPolicy, selection: EngineSelection, slow: bool | None
+) -> Route:
+    """:func:`route`, given :func:`slow_for_xgrammar` of ``spec`` if the caller has it."""
     if selection is not EngineSelection.AUTO:
         forced = EngineName(selection.value)
         return _check(forced, spec, unenforced)
+    if slow is None:
+        slow = slow_for_xgrammar(spec)
     order = (
         (EngineName.LLGUIDANCE, EngineName.XGRAMMAR)
-        if slow_for_xgrammar(spec) or xgrammar_over_constrains(spec)
+        if slow or xgrammar_over_constrains(spec)
         else (EngineName.XGRAMMAR, EngineName.LLGUIDANCE)
     )
     refusals: dict[EngineName, InvalidGrammarError] = {}
@@ -163,6 +188,40 @@ def slow_for_xgrammar(spec: GrammarSpec) -> bool:
     if spec.kind in (RequestKind.REGEX, RequestKind.GRAMMAR):
         return _repeats_are_slow(spec.text)
     return False
+
+
+def xgrammar_compile_estimate_s(spec: GrammarSpec) -> float:
+    """Roughly how long xgrammar compiles ``spec`` on a large vocabulary, from its bounds."""
+    if spec.kind is RequestKind.JSON_SCHEMA:
+        strings, repeats = _schema_bounds(json.loads(spec.text))
+    elif spec.kind in (RequestKind.REGEX, RequestKind.GRAMMAR):
+        strings, repeats = 0, _repeat_total(spec.text)
+    else:
+        strings, repeats = 0, 0
+    return strings * _STRING_UNIT_S + repeats * _REPEAT_UNIT_S
+
+
+def _schema_bounds(node: Any) -> tuple[int, int]:
+    """The sums of the string length bounds and of the pattern repeat counts in a schema."""
+    strings = repeats = 0
+    pending = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                if key in _STRING_BOUNDS and isinstance(value, int | float):
+                    strings += int(min(value, 1 << 31))
+                elif key == "pattern" and isinstance(value, str):
+                    repeats += _repeat_total(value)
+                elif key not in ("enum", "const", "default", "examples"):
+                    pending.append(value)
+    return strings, repeats
+
+
+def _repeat_total(text: str) -> int:
+    return sum(int(m.group(2) or m.group(1)) for m in _REGEX_REPEAT.finditer(text))
 
 
 def _schema_is_slow(node: Any) -> bool:
@@ -248,6 +307,33 @@ def _repeats_are_slow(text: str) -> bool:
     return False
 
 
+def upgrade_target(spec: GrammarSpec, chosen: Route, *, slow: bool) -> EngineName | None:
+    """xgrammar, if it could take ``spec`` over from llguidance enforcing the same; else None.
+
+    ``chosen`` is the automatic route of ``spec`` and ``slow`` its
+    :func:`slow_for_xgrammar`. Only a key routed to llguidance for xgrammar's
+    compile time alone qualifies, and only if that compile is affordable in
+    the background (:data:`UPGRADE_MAX_COMPILE_S`): one that xgrammar
+    enforces strictly, without the constructs it over-constrains, so both
+    grammars accept the same values (``integration_tests/test_upgrade_language.py`` checks that
+    on the shared collections).
+    """
+    if (
+        chosen.engine is not EngineName.LLGUIDANCE
+        or chosen.findings
+        or not slow
+        or len(spec.text) >= SLOW_SPEC_CHARS
+        or xgrammar_compile_estimate_s(spec) > UPGRADE_MAX_COMPILE_S
+        or xgrammar_over_constrains(spec)
+    ):
+        return None
+    try:
+        _check(EngineName.XGRAMMAR, spec, UnenforcedPolicy.REFUSE)
+    except InvalidGrammarError:
+        return None
+    return EngineName.XGRAMMAR
+
+
 @dataclass(frozen=True)
 class RoutedCompiled:
     engine: EngineName
@@ -275,6 +361,15 @@ class RoutedRecipe:
             self.selection,
             self.xgrammar.unenforced,
         )
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """Everything routing knows of one key in the engine core."""
+
+    plan: CompilePlan
+    route: Route | None  # None: refused
+    refusal: InvalidGrammarError | None
 
 
 class RoutedEngine:
@@ -324,33 +419,46 @@ class RoutedEngine:
         return RoutedRecipe(xgrammar, llguidance, self._selection)
 
     def route(self, spec: GrammarSpec) -> Route:
-        return self._routes(spec)
+        decision = self._decisions(spec)
+        if decision.refusal is not None:
+            raise decision.refusal
+        assert decision.route is not None
+        return decision.route
+
+    def plan(self, spec: GrammarSpec) -> CompilePlan:
+        return self._decisions(spec).plan
 
     @functools.cached_property
-    def _routes(self) -> Callable[[GrammarSpec], Route]:
-        # Asked twice per compile (where, then which engine) and parsing is
-        # not free; a route is a pure function of the spec.
+    def _decisions(self) -> Callable[[GrammarSpec], _Decision]:
+        # Asked by the lane choice, the compile and the upgrade check of every
+        # key, and analysing a schema is not free; a decision is a pure
+        # function of the spec.
         @functools.lru_cache(maxsize=_REMEMBERED_ROUTES)
-        def routes(spec: GrammarSpec) -> Route:
-            return route(spec, unenforced=self._unenforced, selection=self._selection)
+        def decisions(spec: GrammarSpec) -> _Decision:
+            return self._decide(spec)
 
-        return routes
+        return decisions
 
-    def compiles_quickly(self, spec: GrammarSpec) -> bool:
-        """Whether ``spec`` compiles in milliseconds, so it needs no process to be killed in.
-
-        llguidance bounds its own work (lexer fuel, grammar size), at any
-        size; xgrammar is quick on a small spec without the bounds
-        :func:`slow_for_xgrammar` looks for. A spec that is refused compiles
-        nowhere and is quick too.
-        """
+    def _decide(self, spec: GrammarSpec) -> _Decision:
+        slow = slow_for_xgrammar(spec)
         try:
-            engine = self.route(spec).engine
-        except InvalidGrammarError:
-            return True
-        if engine is EngineName.LLGUIDANCE:
-            return True
-        return len(spec.text) < QUICK_SPEC_CHARS and not slow_for_xgrammar(spec)
+            chosen = _route(spec, self._unenforced, self._selection, slow)
+        except InvalidGrammarError as exc:
+            # Refused: it compiles nowhere, so quickly, to its error.
+            return _Decision(CompilePlan(quick=True), None, exc)
+        plan = CompilePlan(
+            part=chosen.engine.value,
+            quick=chosen.engine is EngineName.LLGUIDANCE
+            or (len(spec.text) < QUICK_SPEC_CHARS and not slow),
+            upgrade=self._upgrade(spec, chosen, slow),
+        )
+        return _Decision(plan, chosen, None)
+
+    def _upgrade(self, spec: GrammarSpec, chosen: Route, slow: bool) -> str | None:
+        if self._selection is not EngineSelection.AUTO:
+            return None
+        target = upgrade_target(spec, chosen, slow=slow)
+        return None if target is None else target.value
 
     def check(
         self, spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
@@ -358,7 +466,10 @@ class RoutedEngine:
         return route(spec, unenforced=unenforced, selection=self._selection).findings
 
     def compile(self, spec: GrammarSpec) -> RoutedCompiled:
-        engine = self.route(spec).engine
+        return self.compile_part(spec, self.route(spec).engine.value)
+
+    def compile_part(self, spec: GrammarSpec, part: str) -> RoutedCompiled:
+        engine = EngineName(part)
         logger.debug("grammar-guard: %s compiles with %s", spec.describe(), engine.value)
         return RoutedCompiled(engine, self._engines[engine].compile(spec))
 

@@ -90,6 +90,12 @@ def _read_choice(environ: Mapping[str, str], variable: str, default: E) -> E:
         raise SettingsError(f"{variable}={raw!r} must be one of {names}") from None
 
 
+# A key's second request shows it is reused: from then on every token it is
+# decoded with pays llguidance's slower mask, while the upgrade compile runs
+# at the lowest priority on CPU the engine leaves idle.
+DEFAULT_UPGRADE_AFTER = 2
+
+
 def default_compile_workers() -> int:
     # Four at least: slow compiles arrive faster than they finish on a small
     # machine, and a new cheap grammar must find a worker free of them
@@ -115,6 +121,9 @@ class CacheSettings:
     warmup_file: Path | None = None
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
     engine: EngineSelection = EngineSelection.AUTO
+    # The request of a key (counting the first) that starts its background
+    # compile on the faster-masking engine; 0: never (docs/routing.md).
+    upgrade_after: int = DEFAULT_UPGRADE_AFTER
 
     @property
     def ttl_s(self) -> float:
@@ -192,4 +201,5 @@ class CacheSettings:
             warmup_file=read_path("WARMUP", folder=False),
             unenforced=unenforced_policy_from_env(environ),
             engine=engine_selection_from_env(environ),
+            upgrade_after=read("UPGRADE_AFTER", int, defaults.upgrade_after, 0),
         )

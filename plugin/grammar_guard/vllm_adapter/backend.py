@@ -224,7 +224,7 @@ class GrammarGuardBackend(StructuredOutputBackend):
             spec = spec_from_key(request_type, grammar_spec, self._options)
         except InvalidGrammarError as exc:
             return self._refuse(request_id, exc)
-        admission = self.cache.admit(spec)
+        admission = self.service.admit(spec)
         if admission.future.done():
             try:
                 return self._grammar_for(spec, admission.future, stop_token_ids)

@@ -65,6 +65,8 @@ _HELP = {
     Counter.DISK_ERRORS: "Persistent-cache files that could not be read, loaded or written.",
     Gauge.CACHE_BYTES: "Memory held by cached compiled grammars, in bytes.",
     Gauge.CACHE_ENTRIES: "Entries in the compile cache, in flight included.",
+    LabelledCounter.UPGRADES: "Background compiles of reused keys onto the engine with the "
+    "faster masks, by outcome; done: later requests of the key use it.",
     LabelledCounter.UNENFORCED: "Requests accepted (GRAMMAR_GUARD_UNENFORCED=warn) whose JSON "
     "schema uses this keyword where xgrammar does not enforce it; once per request and keyword.",
 }
