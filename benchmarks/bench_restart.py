@@ -1,23 +1,35 @@
-"""Time to first token of a slow schema after an engine restart, with and without the cache folder.
+"""After an engine restart: time to first token and to steady-state throughput of a slow schema.
 
 A restart is a fresh engine process (the tiny model, an in-process engine
-core): once it is up and has decoded one unconstrained request, the first
-request for a slow schema (long bounded strings) is timed with
-``max_tokens=1``, which is its time to first token. "compile" engines run
-without ``GRAMMAR_GUARD_CACHE_DIR``; "disk" engines with a folder that an
-untimed first engine filled. Each round restarts one engine of each kind,
-one after the other, so load from other processes hits both alike; the
-report has every run and the medians.
+core). Once it is up and has decoded one unconstrained request, it is sent
+the first request for a schema whose long bounded strings make xgrammar's
+compile slow (its time to first token, ``max_tokens=1``), then batch after
+batch of requests of that schema (seeded, so every batch of one engine
+writes the same tokens), each batch's output tokens per second recorded
+against the time since that first request. Kinds, one engine each, in turn
+within each round, so load from other processes hits all alike:
+
+- vLLM's ``xgrammar`` and ``guidance`` backends (no persistent cache);
+- grammar-guard without a cache folder: llguidance serves the key at once,
+  and its reuse starts the key's upgrade trial on xgrammar in the background
+  (it moves if xgrammar's masks cost it less);
+- grammar-guard with ``GRAMMAR_GUARD_CACHE_DIR`` filled by an earlier run,
+  which stored the grammar the trial chose: the restart starts on it.
+
+"Steady" is the median rate of a run's last three batches; the time to
+steady state is when the first batch at 90% of it or more ended.
 
 The second part measures the cache file formats (``disk_store.CODECS``) on
-the same grammar: file size, write time and load time (read, decompress,
-``deserialize``), from the page cache and after dropping the file's pages
-(``posix_fadvise``), median of ``--format-reps``.
+the grammar the cache folder holds (the one the trial chose): file
+size, write time and load time (read, decompress, ``deserialize``), from
+the page cache and after dropping the file's pages (``posix_fadvise``),
+median of ``--format-reps``.
 
-    .venv/bin/python benchmarks/bench_restart.py [--rounds 3] [--out-dir bench-out]
-    .venv/bin/python benchmarks/bench_restart.py --quick   # one round, a smaller schema
+    .venv/bin/python benchmarks/bench_restart.py [--rounds 2] [--out-dir bench-out]
+    .venv/bin/python benchmarks/bench_restart.py --quick   # the smoke form: short runs
 
-Writes ``restart.json`` and ``restart.md`` to ``--out-dir`` and prints the markdown.
+Writes ``restart.json`` and ``restart.md`` to ``--out-dir`` (and the markdown
+to ``--markdown`` if given) and prints the markdown.
 """
 
 from __future__ import annotations
@@ -35,9 +47,18 @@ from pathlib import Path
 from typing import Any
 
 RESULT = "RESULT "
-# Long enough for the slowest schema on a loaded 2-core machine: this
+# Long enough for the slowest compile on a loaded 2-core machine: this
 # benchmark measures compiles, it must never time one out.
 COMPILE_TIMEOUT_S = 1800
+KINDS = ("vLLM xgrammar", "vLLM guidance", "grammar-guard", "grammar-guard, cache folder")
+_VLLM_BACKENDS = {"vLLM xgrammar": "xgrammar", "vLLM guidance": "guidance"}
+BATCH = 16
+MAX_TOKENS = 48
+STEADY_BATCHES = 3
+STEADY_SHARE = 0.9
+# How long a run waits for its key's upgrade (seconds of compile at nice +19,
+# after the compile worker has started, which a busy machine makes slow).
+UPGRADE_WAIT_S = 300.0
 
 
 def slow_schema(*lengths: int) -> dict[str, Any]:
@@ -52,43 +73,105 @@ def slow_schema(*lengths: int) -> dict[str, Any]:
     }
 
 
-FULL_SCHEMA = slow_schema(1000, 2000)
-QUICK_SCHEMA = slow_schema(300)
+# Within the background upgrade's budget (routing.UPGRADE_MAX_COMPILE_S), and
+# seconds of xgrammar compile: what a cache folder saves a restart.
+FULL_SCHEMA = slow_schema(200, 240)
+QUICK_SCHEMA = slow_schema(40)
 
 
-# --- worker: one engine, one timed request ---------------------------------------------
+# --- worker: one engine, one restart ---------------------------------------------------
 
 
-def _worker(schema_json: str) -> None:
-    import grammar_guard
+def _worker(kind: str, schema_json: str, duration_s: float) -> None:
     from grammar_guard.demo.engine import start_engine
 
-    llm = start_engine()
+    overrides: dict[str, Any] = {}
+    if kind in _VLLM_BACKENDS:
+        overrides["structured_outputs_config"] = {
+            "backend": _VLLM_BACKENDS[kind],
+            "disable_any_whitespace": True,
+        }
+    llm = start_engine(**overrides)
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
+    schema = json.loads(schema_json)
     llm.generate(["Warm up: "], [SamplingParams(max_tokens=2)], use_tqdm=False)
-    params = SamplingParams(
-        max_tokens=1, structured_outputs=StructuredOutputsParams(json=json.loads(schema_json))
-    )
+    first = SamplingParams(max_tokens=1, structured_outputs=StructuredOutputsParams(json=schema))
     started = time.perf_counter()
-    output = llm.generate(["Write it: "], [params], use_tqdm=False)[0].outputs[0]
-    seconds = time.perf_counter() - started
-    service = llm.llm_engine.engine_core.engine_core.structured_output_manager.backend.service
-    service.drain()  # a filling run's file is complete before the process ends
+    llm.generate(["Write it: "], [first], use_tqdm=False)
+    ttft_s = time.perf_counter() - started
+    params = [
+        SamplingParams(
+            max_tokens=MAX_TOKENS,
+            temperature=1.0,
+            seed=index,
+            structured_outputs=StructuredOutputsParams(json=schema),
+        )
+        for index in range(BATCH)
+    ]
+    prompts = [f"Record {index}: " for index in range(BATCH)]
+    batches = []
+    upgrade: dict[str, Any] | None = None
+    while True:
+        batch_started = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        ended = time.perf_counter()
+        tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
+        batches.append({"end_s": ended - started, "tok_s": tokens / (ended - batch_started)})
+        if upgrade is None and (outcome := _upgrade_outcome(kind)) is not None:
+            upgrade = {"outcome": outcome, "at_s": ended - started}
+        # A plugin engine's run goes on until its key's upgrade was decided, or
+        # the key was loaded from the folder, or it is clear neither happens.
+        decided = upgrade is not None or _disk_counts(kind).get("hits", 0) > 0
+        settled = decided or kind in _VLLM_BACKENDS or ended - started >= UPGRADE_WAIT_S
+        if ended - started >= duration_s and len(batches) > STEADY_BATCHES and settled:
+            break
+    if kind.startswith("grammar-guard"):
+        service = llm.llm_engine.engine_core.engine_core.structured_output_manager.backend.service
+        service.drain()  # a filling run's file is complete before the process ends
+    print(
+        RESULT
+        + json.dumps(
+            {
+                "ttft_s": ttft_s,
+                "batches": batches,
+                "upgrade": upgrade,
+                **_disk_counts(kind),
+            }
+        ),
+        flush=True,
+    )
+
+
+def _upgrade_outcome(kind: str) -> str | None:
+    """How the key's upgrade ended (done, slower, failed, dropped); None while undecided."""
+    if not kind.startswith("grammar-guard"):
+        return None
+    import grammar_guard
+    from grammar_guard.core.metrics import LabelledCounter
+
+    counts = grammar_guard.metrics_snapshot().labelled_values(LabelledCounter.UPGRADES)
+    return next(iter(counts), None)
+
+
+def _disk_counts(kind: str) -> dict[str, int]:
+    if not kind.startswith("grammar-guard"):
+        return {}
+    import grammar_guard
+
     numbers = grammar_guard.metrics_snapshot().as_dict()
-    disk = {name: numbers[f"grammar_guard_disk_{name}_total"] for name in ("hits", "misses")}
-    print(RESULT + json.dumps({"ttft_s": seconds, "text": output.text, **disk}), flush=True)
+    return {name: int(numbers[f"grammar_guard_disk_{name}_total"]) for name in ("hits", "misses")}
 
 
-def _restart(schema: dict[str, Any], folder: Path | None) -> dict[str, Any]:
-    """Start a fresh engine process and time its first request for ``schema``."""
+def _restart(kind: str, schema: dict[str, Any], folder: Path, duration_s: float) -> dict[str, Any]:
+    """Start a fresh engine process of ``kind`` and measure it on ``schema``."""
     env = {**os.environ, "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S)}
     env.pop("GRAMMAR_GUARD_CACHE_DIR", None)
-    if folder is not None:
+    if kind == "grammar-guard, cache folder":
         env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder)
     done = subprocess.run(
-        [sys.executable, __file__, "--worker", json.dumps(schema)],
+        [sys.executable, __file__, "--worker", kind, json.dumps(schema), str(duration_s)],
         env=env,
         capture_output=True,
         text=True,
@@ -96,30 +179,39 @@ def _restart(schema: dict[str, Any], folder: Path | None) -> dict[str, Any]:
     )
     results = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not results:
-        raise RuntimeError(f"engine process failed:\n{(done.stdout + done.stderr)[-6000:]}")
+        raise RuntimeError(f"{kind} engine process failed:\n{(done.stdout + done.stderr)[-6000:]}")
     return dict(json.loads(results[-1].removeprefix(RESULT)))
 
 
-def measure_restarts(schema: dict[str, Any], rounds: int, folder: Path) -> dict[str, Any]:
-    fill = _restart(schema, folder)
-    if fill["misses"] != 1:
-        raise RuntimeError(f"the filling run did not compile: {fill}")
-    runs: dict[str, list[dict[str, Any]]] = {"compile": [], "disk": []}
+def steady(run: dict[str, Any]) -> tuple[float, float]:
+    """The run's steady rate and the time the first batch reaching 90% of it ended."""
+    rates = [batch["tok_s"] for batch in run["batches"]]
+    rate = statistics.median(rates[-STEADY_BATCHES:])
+    reached = next(b["end_s"] for b in run["batches"] if b["tok_s"] >= STEADY_SHARE * rate)
+    return rate, reached
+
+
+def measure_restarts(
+    schema: dict[str, Any], rounds: int, folder: Path, duration_s: float
+) -> dict[str, Any]:
+    # Fills the folder: runs until its key's upgrade was decided, so the folder
+    # holds the grammar a restart should start on.
+    fill = _restart("grammar-guard, cache folder", schema, folder, duration_s)
+    if fill["misses"] != 1 or fill["upgrade"] is None:
+        raise RuntimeError(f"the filling run did not compile and decide its upgrade: {fill}")
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for round_ in range(rounds):
-        runs["compile"].append(_restart(schema, None))
-        runs["disk"].append(_restart(schema, folder))
-        if runs["disk"][-1]["hits"] != 1:
-            raise RuntimeError(f"a disk run compiled instead of loading: {runs['disk'][-1]}")
-        print(f"round {round_ + 1}/{rounds}: " + ", ".join(
-            f"{kind} {run[-1]['ttft_s']:.2f} s" for kind, run in runs.items()
-        ), file=sys.stderr)  # fmt: skip
-    medians = {kind: statistics.median(r["ttft_s"] for r in run) for kind, run in runs.items()}
-    return {
-        "fill_ttft_s": fill["ttft_s"],
-        "runs": runs,
-        "median_ttft_s": medians,
-        "speedup": medians["compile"] / medians["disk"],
-    }
+        for kind in KINDS:
+            run = _restart(kind, schema, folder, duration_s)
+            runs[kind].append(run)
+            print(
+                f"round {round_ + 1}/{rounds}: {kind}: TTFT {run['ttft_s']:.2f} s, "
+                f"steady {steady(run)[0]:.0f} tok/s from {steady(run)[1]:.1f} s",
+                file=sys.stderr,
+            )
+        if runs[KINDS[-1]][-1]["hits"] != 1:
+            raise RuntimeError(f"a cache-folder run compiled instead of loading: {runs[KINDS[-1]]}")
+    return {"fill_upgrade": fill["upgrade"], "runs": runs}
 
 
 # --- cache file formats ----------------------------------------------------------------
@@ -181,6 +273,7 @@ def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str
             }
             print(f"format {codec}: {formats[codec]}", file=sys.stderr)
     return {
+        "engine": compiled.engine_name,
         "serialized_bytes": len(raw),
         "memory_bytes": compiled.memory_bytes,
         "serialize_s": serialize_s,
@@ -192,26 +285,36 @@ def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str
 
 
 def markdown(report: dict[str, Any]) -> str:
-    restarts, formats = report["restarts"], report["formats"]
+    runs, formats = report["restarts"]["runs"], report["formats"]
     lengths = ", ".join(str(p["maxLength"]) for p in report["schema"]["properties"].values())
-    medians = restarts["median_ttft_s"]
     lines = [
-        f"### Restart: time to first token ({report['date']}, {report['rounds']} rounds)",
+        f"Schema with strings of maxLength {lengths}; tiny model, a fresh engine per run, "
+        f"{report['rounds']} round(s); batches of {BATCH} requests, `max_tokens={MAX_TOKENS}`, "
+        "seeded sampling; medians over rounds.",
         "",
-        f"Schema with strings of maxLength {lengths}, tiny model, fresh engine per run.",
-        "",
-        "| Engine after restart | TTFT, median | runs |",
-        "| --- | --- | --- |",
+        "| Engine after restart | TTFT | first batch tok/s | steady tok/s "
+        "| time to steady state | upgrade |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for kind, label in (("compile", "no cache folder (compiles)"), ("disk", "cache folder")):
-        runs = ", ".join(f"{run['ttft_s']:.2f}" for run in restarts["runs"][kind])
-        lines.append(f"| {label} | {medians[kind]:.2f} s | {runs} |")
+    for kind in KINDS:
+        kind_runs = runs[kind]
+        steadies = [steady(run) for run in kind_runs]
+        decided = [run["upgrade"] for run in kind_runs if run.get("upgrade")]
+        landed = ", ".join(f"{up['outcome']} at {up['at_s']:.1f} s" for up in decided) or "-"
+        lines.append(
+            f"| {kind} | {statistics.median(run['ttft_s'] for run in kind_runs):.2f} s "
+            f"| {statistics.median(run['batches'][0]['tok_s'] for run in kind_runs):.0f} "
+            f"| {statistics.median(rate for rate, _ in steadies):.0f} "
+            f"| {statistics.median(at for _, at in steadies):.1f} s | {landed} |"
+        )
     lines += [
         "",
-        f"Speed-up: **{restarts['speedup']:.1f}x**.",
+        f"The filling run's upgrade: {report['restarts']['fill_upgrade']['outcome']}, so the "
+        f"folder holds the {formats['engine']} grammar.",
         "",
-        f"### Cache file formats (one grammar: {formats['memory_bytes'] / 2**20:.1f} MiB in "
-        f"memory, {formats['serialized_bytes'] / 2**20:.1f} MiB serialised in "
+        f"#### Cache file formats (the stored {formats['engine']} grammar: "
+        f"{formats['memory_bytes'] / 2**20:.1f} MiB in memory, "
+        f"{formats['serialized_bytes'] / 2**20:.1f} MiB serialised in "
         f"{formats['serialize_s']:.2f} s)",
         "",
         "| Codec | File | Write | Load (page cache) | Load (from disk) |",
@@ -227,19 +330,23 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", metavar="SCHEMA_JSON", help=argparse.SUPPRESS)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of batches per run")
     parser.add_argument("--format-reps", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="one round of a smaller schema")
+    parser.add_argument("--quick", action="store_true", help="one short round, a smaller schema")
     parser.add_argument("--out-dir", type=Path, default=Path("bench-out"))
+    parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args()
     if args.worker:
-        _worker(args.worker)
+        kind, schema_json, duration = args.worker
+        _worker(kind, schema_json, float(duration))
         return
     schema = QUICK_SCHEMA if args.quick else FULL_SCHEMA
     rounds = 1 if args.quick else args.rounds
+    duration_s = 3.0 if args.quick else args.duration
     with tempfile.TemporaryDirectory(prefix="grammar-guard-restart-") as folder:
-        restarts = measure_restarts(schema, rounds, Path(folder))
+        restarts = measure_restarts(schema, rounds, Path(folder), duration_s)
         formats = measure_formats(schema, Path(folder), 2 if args.quick else args.format_reps)
     report = {
         "date": date.today().isoformat(),
@@ -252,6 +359,9 @@ def main() -> None:
     (args.out_dir / "restart.json").write_text(json.dumps(report, indent=2))
     table = markdown(report)
     (args.out_dir / "restart.md").write_text(table)
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(table)
     print(table)
 
 

@@ -358,6 +358,7 @@ def main() -> None:
         "--offline", action="store_true", help="through LLM(...) instead of the server"
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
     arguments = parser.parse_args()
     model = str(build_tiny_model())
     # The engine inherits this environment: a GRAMMAR_GUARD_* variable set
@@ -379,7 +380,11 @@ def main() -> None:
             )
     arguments.json.parent.mkdir(parents=True, exist_ok=True)
     arguments.json.write_text(json.dumps(asdict(result), indent=2))
-    print(markdown(result, where=where, rounds=arguments.rounds, load=arguments.load))
+    table = markdown(result, where=where, rounds=arguments.rounds, load=arguments.load)
+    if arguments.markdown is not None:
+        arguments.markdown.parent.mkdir(parents=True, exist_ok=True)
+        arguments.markdown.write_text(table + "\n")
+    print(table)
 
 
 if __name__ == "__main__":

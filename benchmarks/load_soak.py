@@ -528,6 +528,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
     config = SoakConfig(
         requests=args.requests,
@@ -547,6 +548,9 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result.as_json(), indent=1))
     args.json.with_suffix(".md").write_text(report)
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(report)
     plot(result, args.plot)
     print(report)
     for example in result.failure_examples:

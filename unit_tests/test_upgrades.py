@@ -1,6 +1,7 @@
-"""Reused keys move onto xgrammar in the background; requests in flight keep what they have.
+"""Reused keys move onto xgrammar in the background when its masks cost them less.
 
-The routed small engines, compiles in threads; ``drain`` waits for the
+The routed small engines, compiles in threads, and mask costs the tests set
+(the real trial's timings are tested apart); ``drain`` waits for the
 upgrade the way a test waits for any compile (no sleeps).
 """
 
@@ -12,16 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB
 
+from grammar_guard.core.bitmask import words_per_row
+from grammar_guard.core.bitmask_fill import fill_by_engine
 from grammar_guard.core.compile_service import CompileService
-from grammar_guard.core.compilers import CompileResult, InThreadCompiler
+from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
 from grammar_guard.core.engine import CompiledGrammar, TokenMatcher
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds
 from grammar_guard.core.metrics import LabelledCounter
 from grammar_guard.core.routing import EngineName, RoutedCompiled, RoutedEngine
 from grammar_guard.core.settings import CacheSettings
 from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.upgrades import MaskCost
 
 HANG_GUARD_S = 60.0
 
@@ -46,8 +52,37 @@ def _json(schema: Any) -> GrammarSpec:
     return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
 
 
-def _service(routed: RoutedEngine, **settings: Any) -> CompileService:
-    return CompileService(routed, CacheSettings(compile_workers=1, **settings))
+# The trial's mask costs, by engine: xgrammar's the cheaper, or the dearer.
+XGRAMMAR_CHEAPER: dict[str, float | None] = {"xgrammar": 1.0, "llguidance": 2.0}
+XGRAMMAR_DEARER: dict[str, float | None] = {"xgrammar": 2.0, "llguidance": 2.0}
+# What a request of LONG_STRING writes: long enough to record a path.
+WRITTEN = '{"a":"hello world"}'
+
+
+def _costs(costs: dict[str, float | None]) -> MaskCost:
+    return lambda compiled, _path: costs[compiled.engine_name]
+
+
+def _service(
+    routed: RoutedEngine,
+    costs: dict[str, float | None] = XGRAMMAR_CHEAPER,
+    compiler: Compiler | None = None,
+    **settings: Any,
+) -> CompileService:
+    return CompileService(
+        routed,
+        CacheSettings(compile_workers=1, **settings),
+        compiler=compiler,
+        mask_cost=_costs(costs),
+    )
+
+
+def _decode(service: CompileService, spec: GrammarSpec, text: str = WRITTEN) -> RoutedCompiled:
+    """One request of ``spec`` that writes ``text`` to its end; the grammar it was given."""
+    compiled = _served(service, spec)
+    matcher = service.new_matcher(spec, compiled, stop_token_ids=None, max_rollback_tokens=0)
+    assert _feed(matcher, text)
+    return compiled
 
 
 @pytest.fixture
@@ -100,9 +135,9 @@ def test_a_reused_key_moves_to_xgrammar_and_a_request_in_flight_keeps_its_gramma
     service = _service(routed)
     services.append(service)
     spec = _json(LONG_STRING)
-    first = _served(service, spec)
+    first = _decode(service, spec)  # records the path the trial replays
     assert first.engine is EngineName.LLGUIDANCE
-    in_flight = routed.new_matcher(first, stop_token_ids=None, max_rollback_tokens=0)
+    in_flight = service.new_matcher(spec, first, stop_token_ids=None, max_rollback_tokens=0)
     assert in_flight.accept_token(VOCAB.index("{"))
     # The second request is the reuse: served on llguidance still, upgrade started.
     assert _served(service, spec).engine is EngineName.LLGUIDANCE
@@ -115,6 +150,36 @@ def test_a_reused_key_moves_to_xgrammar_and_a_request_in_flight_keeps_its_gramma
     for text, valid in [('{"a":"hello"}', True), ('{"a":"' + "x" * 13 + '"}', False)]:
         assert _accepts(routed, first, text) is valid
         assert _accepts(routed, upgraded, text) is valid
+
+
+def test_a_key_whose_xgrammar_masks_are_not_cheaper_stays_on_llguidance_for_good(
+    routed: RoutedEngine, services: list[CompileService]
+) -> None:
+    service = _service(routed, XGRAMMAR_DEARER)
+    services.append(service)
+    spec = _json(LONG_STRING)
+    for _ in range(4):
+        assert _decode(service, spec).engine is EngineName.LLGUIDANCE
+        assert service.drain(HANG_GUARD_S)
+    assert _upgrades(service) == {"slower": 1}
+
+
+def test_no_upgrade_starts_before_a_request_has_shown_the_key_s_path(
+    routed: RoutedEngine, services: list[CompileService]
+) -> None:
+    service = _service(routed)
+    services.append(service)
+    spec = _json(LONG_STRING)
+    first = _served(service, spec)
+    recording = service.new_matcher(spec, first, stop_token_ids=None, max_rollback_tokens=0)
+    for _ in range(3):  # reused, but nothing decoded yet
+        _served(service, spec)
+        assert service.drain(HANG_GUARD_S)
+    assert _upgrades(service) == {}
+    assert _feed(recording, WRITTEN)
+    _served(service, spec)
+    assert service.drain(HANG_GUARD_S)
+    assert _upgrades(service) == {"done": 1}
 
 
 def test_upgrade_after_sets_the_request_that_starts_it_and_zero_never_does(
@@ -130,7 +195,7 @@ def test_upgrade_after_sets_the_request_that_starts_it_and_zero_never_does(
     ):
         served = []
         for _ in engines:
-            served.append(_served(service, spec).engine)
+            served.append(_decode(service, spec).engine)
             assert service.drain(HANG_GUARD_S)
         assert served == engines
 
@@ -153,13 +218,25 @@ def test_a_failed_upgrade_leaves_the_key_where_it_was_and_is_not_retried(
     routed: RoutedEngine, services: list[CompileService]
 ) -> None:
     compiler = _RefusingXGrammar(routed)
-    service = CompileService(routed, CacheSettings(compile_workers=1), compiler=compiler)
+    service = _service(routed, compiler=compiler)
     services.append(service)
     spec = _json(LONG_STRING)
     for _ in range(4):
-        assert _served(service, spec).engine is EngineName.LLGUIDANCE
+        assert _decode(service, spec).engine is EngineName.LLGUIDANCE
         assert service.drain(HANG_GUARD_S)
     assert compiler.refused == 1
+    assert _upgrades(service) == {"failed": 1}
+
+
+def test_a_new_grammar_that_refuses_the_recorded_path_is_not_served(
+    routed: RoutedEngine, services: list[CompileService]
+) -> None:
+    service = _service(routed, {"xgrammar": None, "llguidance": 1.0})
+    services.append(service)
+    spec = _json(LONG_STRING)
+    for _ in range(3):
+        assert _decode(service, spec).engine is EngineName.LLGUIDANCE
+        assert service.drain(HANG_GUARD_S)
     assert _upgrades(service) == {"failed": 1}
 
 
@@ -169,14 +246,14 @@ def test_an_upgraded_grammar_replaces_the_first_in_the_cache_folder(
     spec = _json(LONG_STRING)
     before = _service(routed, cache_dir=tmp_path)
     services.append(before)
-    _served(before, spec)
+    _decode(before, spec)
     _served(before, spec)
     assert before.drain(HANG_GUARD_S)
     restarted = _service(routed, cache_dir=tmp_path)
     services.append(restarted)
     # A restart starts on the upgraded grammar, and has nothing to upgrade.
     for _ in range(3):
-        assert _served(restarted, spec).engine is EngineName.XGRAMMAR
+        assert _decode(restarted, spec).engine is EngineName.XGRAMMAR
         assert restarted.drain(HANG_GUARD_S)
     assert _upgrades(restarted) == {}
 
@@ -198,15 +275,62 @@ def test_an_upgrade_of_a_key_that_left_the_cache_is_dropped(
     routed: RoutedEngine, services: list[CompileService]
 ) -> None:
     compiler = _HeldUpgrades(routed)
-    service = CompileService(
-        routed, CacheSettings(compile_workers=1, max_entries=1), compiler=compiler
-    )
+    service = _service(routed, compiler=compiler, max_entries=1)
     services.append(service)
     spec = _json(LONG_STRING)
-    _served(service, spec)
+    _decode(service, spec)
     _served(service, spec)  # starts the upgrade, held
     _served(service, _json(PLAIN))  # evicts the key: one entry allowed
     compiler.release.set()
     assert service.drain(HANG_GUARD_S)
     assert _upgrades(service) == {"dropped": 1}
     assert _served(service, spec).engine is EngineName.LLGUIDANCE  # compiled anew, as first
+
+
+def _ids(text: str) -> list[int]:
+    return [VOCAB.index(char) for char in text]
+
+
+def test_a_recorded_path_holds_the_accepted_tokens_without_rollbacks_or_the_stop_token(
+    routed: RoutedEngine,
+) -> None:
+    spec = _json(LONG_STRING)
+    compiled = routed.compile(spec)
+    path = RecordedPath()
+    recorder = PathRecorder(
+        routed.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=4), path
+    )
+    assert all(recorder.accept_token(token) for token in _ids('{"a":"hey'))
+    recorder.rollback(2)
+    assert not recorder.accept_token(VOCAB.index(EOS))  # inside the string: refused, not recorded
+    assert all(recorder.accept_token(token) for token in _ids('ello"}'))
+    assert not path.finished
+    assert recorder.accept_token(VOCAB.index(EOS))
+    assert path.finished and path.ready
+    assert path.tokens == _ids('{"a":"hello"}')
+
+
+def test_the_trial_replays_the_path_and_a_refused_one_costs_nothing(routed: RoutedEngine) -> None:
+    spec = _json(LONG_STRING)
+    path = _ids('{"a":"hello"}')
+    for engine in EngineName:
+        compiled = routed.compile_part(spec, engine.value)
+        seconds = fill_seconds(routed, compiled, path)
+        assert seconds is not None and seconds > 0
+        assert fill_seconds(routed, compiled, _ids('{"b"')) is None
+
+
+def test_a_recorder_batch_fills_as_its_matchers_would(routed: RoutedEngine) -> None:
+    matchers = [
+        routed.new_matcher(
+            routed.compile(_json(schema)), stop_token_ids=None, max_rollback_tokens=0
+        )
+        for schema in (PLAIN, LONG_STRING)
+    ]
+    recorders = [PathRecorder(matcher, RecordedPath()) for matcher in matchers]
+    width = words_per_row(len(VOCAB))
+    expected = torch.zeros((2, width), dtype=torch.int32)
+    fill_by_engine(matchers, expected, [0, 1], threads=1)
+    filled = torch.zeros((2, width), dtype=torch.int32)
+    fill_by_engine(recorders, filled, [0, 1], threads=1)
+    assert torch.equal(filled, expected)

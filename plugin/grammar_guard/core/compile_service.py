@@ -28,7 +28,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +37,10 @@ from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompil
 from grammar_guard.core.disk_store import DiskStore
 from grammar_guard.core.metrics import CacheMetrics, LabelledCounter
 from grammar_guard.core.priority import lower_current_thread
-from grammar_guard.core.upgrades import Upgrades
+from grammar_guard.core.upgrades import MaskCost, Upgrades
 
 if TYPE_CHECKING:
-    from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
+    from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
     from grammar_guard.core.settings import CacheSettings
     from grammar_guard.core.spec import GrammarSpec
 
@@ -196,7 +196,8 @@ class CompileService:
     ``clock`` drives the cache and its deadline watcher (tests pass their
     own). ``compiler`` runs every compile whose plan is not quick (all of a
     plain engine's); it defaults to compiling in the pool's threads. Quick
-    ones compile in the quick lane's own threads.
+    ones compile in the quick lane's own threads. ``mask_cost`` times masks
+    for an upgrade's trial (see ``upgrades``; tests pass their own).
     """
 
     def __init__(
@@ -207,6 +208,7 @@ class CompileService:
         compiler: Compiler | None = None,
         metrics: CacheMetrics | None = None,
         clock: Clock = time.monotonic,
+        mask_cost: MaskCost | None = None,
     ) -> None:
         self.engine = engine
         self.settings = settings
@@ -241,6 +243,7 @@ class CompileService:
         )
         self._watcher.start(self.cache)
         self._upgrades = Upgrades(
+            engine,
             plan=self._plan,
             compile_part=self._compiler.compile,
             install=self._install_upgrade,
@@ -248,6 +251,7 @@ class CompileService:
             after=settings.upgrade_after,
             max_tracked_keys=settings.max_tracked_keys,
             metrics=self.metrics,
+            mask_cost=mask_cost,
         )
 
     def admit(self, spec: GrammarSpec) -> Admission[CompiledGrammar]:
@@ -255,6 +259,20 @@ class CompileService:
         admission = self.cache.admit(spec)
         self._upgrades.note(spec, admission)
         return admission
+
+    def new_matcher(
+        self,
+        spec: GrammarSpec,
+        compiled: CompiledGrammar,
+        *,
+        stop_token_ids: Collection[int] | None,
+        max_rollback_tokens: int,
+    ) -> TokenMatcher:
+        """A request's matcher over ``spec``'s grammar (the first of a key may record its path)."""
+        matcher = self.engine.new_matcher(
+            compiled, stop_token_ids=stop_token_ids, max_rollback_tokens=max_rollback_tokens
+        )
+        return self._upgrades.matcher(spec, matcher)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait for the compiles and disk writes started so far; False if ``timeout`` passed."""

@@ -70,7 +70,8 @@ _LABEL_NAMES = {
 
 class UpgradeOutcome(enum.Enum):
     DONE = "done"  # later requests of the key get the upgraded grammar
-    FAILED = "failed"  # the second engine refused or could not compile it in time
+    FAILED = "failed"  # the second engine refused it, in its compile or on a request's path
+    SLOWER = "slower"  # its masks were not cheaper on the path a request took: dropped
     DROPPED = "dropped"  # compiled, but the key had left the cache (evicted, reset)
 
 

@@ -1,24 +1,29 @@
-"""Reused keys move, in the background, onto the engine whose masks cost less.
+"""Reused keys move, in the background, onto the engine whose masks cost them less.
 
 Routing serves a new key from the engine that compiles it fast; for a key
-with long bounded strings that is llguidance, whose typical mask costs
-several times xgrammar's, on every token of every later request of the key.
-A key reused many times (a tool's schema) would pay that forever to save
-one compile. So once a key whose plan names an upgrade is requested for the
-``upgrade_after``-th time, its grammar is compiled again on that engine,
-on a thread of its own at the compile priority (in a worker process where
-compiles are isolated), and later requests get the new grammar:
+with long bounded strings that is llguidance. llguidance's typical mask
+costs several times xgrammar's, but not inside bounded strings, where
+xgrammar's cost grows with the bound: which engine masks a given key faster
+is measured, not predicted (``mask_trial``). So for a key whose plan names
+an upgrade:
 
+- the first request of the key records the tokens it accepts;
+- its ``upgrade_after``-th request (with that path recorded) starts a compile
+  of the key on the upgrade's engine, on a thread of its own at the compile
+  priority (in a worker process where compiles are isolated);
+- both grammars are then replayed along the recorded path, best of
+  ``TRIAL_REPEATS``; if the new grammar fills its masks in at most
+  ``MIN_GAIN`` of the time, later requests get it, else it is dropped;
 - requests already decoding keep the matcher they have;
 - both grammars enforce the same language (routing offers an upgrade only
   for keys both engines enforce alike; ``integration_tests`` checks that on
-  the shared schema collections);
-- a failed upgrade (refused, or killed at the hard limit) is not retried:
-  the key stays on the engine that serves it;
-- the upgraded grammar replaces the first in the persistent cache too, so
-  a restarted engine starts on it.
+  the shared schema collections, and a replay the new grammar refuses
+  keeps the key where it is);
+- a failed or slower upgrade is not tried again for the key;
+- an upgraded grammar replaces the first in the persistent cache too, so a
+  restarted engine starts on it.
 
-Only one upgrade compiles at a time: it must never hold more than one of the
+Only one upgrade runs at a time: it must never hold more than one of the
 workers that requests' own compiles wait for.
 """
 
@@ -28,34 +33,55 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
+from grammar_guard.core.engine import CompiledGrammar
+from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds
 from grammar_guard.core.metrics import CacheMetrics, LabelledCounter, UpgradeOutcome
 
 if TYPE_CHECKING:
     from grammar_guard.core.cache import Admission
     from grammar_guard.core.compilers import CompileResult
-    from grammar_guard.core.engine import CompiledGrammar, CompilePlan
+    from grammar_guard.core.engine import CompilePlan, GrammarEngine, TokenMatcher
     from grammar_guard.core.spec import GrammarSpec
 
 logger = logging.getLogger(__name__)
 
-# A key's count once its upgrade has started: it never starts again.
-_STARTED = -1
+# The new grammar must fill the recorded path's masks in at most this share
+# of the first one's time: a smaller gain is within the noise of one replay
+# on a busy machine, and not worth a grammar that is often larger.
+MIN_GAIN = 0.8
+TRIAL_REPEATS = 3
+
+# Seconds to fill masks along a path with a compiled grammar; None: refused.
+MaskCost = Callable[[CompiledGrammar, Sequence[int]], float | None]
+
+
+class _Key:
+    """What is known of one upgradable key."""
+
+    __slots__ = ("path", "requests", "started")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.path: RecordedPath | None = None  # set by its first matcher
+        self.started = False  # its upgrade ran or runs: never again
 
 
 class Upgrades:
-    """Counts each upgradable key's requests and starts its upgrade compile once reused.
+    """Records upgradable keys' paths, counts their requests, and upgrades them once reused.
 
-    ``compile_part`` compiles a spec on the named part of the engine;
+    ``compile_part`` compiles a spec on the named part of ``engine``;
     ``install`` puts the result in place of the key's cached grammar and
     says whether it did. ``executor`` runs one upgrade at a time.
+    ``mask_cost`` times a grammar's masks along a path (tests pass their own).
     """
 
     def __init__(
         self,
+        engine: GrammarEngine,
         *,
         plan: Callable[[GrammarSpec], CompilePlan],
         compile_part: Callable[[GrammarSpec, str], CompileResult],
@@ -64,6 +90,7 @@ class Upgrades:
         after: int,
         max_tracked_keys: int,
         metrics: CacheMetrics,
+        mask_cost: MaskCost | None = None,
     ) -> None:
         self._plan = plan
         self._compile_part = compile_part
@@ -72,32 +99,64 @@ class Upgrades:
         self._after = after
         self._max_tracked_keys = max_tracked_keys
         self._metrics = metrics
+        self._mask_cost: MaskCost = mask_cost or (
+            lambda compiled, path: fill_seconds(engine, compiled, path)
+        )
         self._lock = threading.Lock()
-        # Requests seen per upgradable key, least recently seen first.
-        self._counts: OrderedDict[GrammarSpec, int] = OrderedDict()
+        # Least recently seen first.
+        self._keys: OrderedDict[GrammarSpec, _Key] = OrderedDict()
+
+    def _part(self, spec: GrammarSpec) -> str | None:
+        return None if self._after == 0 else self._plan(spec).upgrade
+
+    def _key(self, spec: GrammarSpec) -> _Key:
+        """The key's record, made the most recent (lock held)."""
+        key = self._keys.pop(spec, None) or _Key()
+        self._keys[spec] = key
+        while len(self._keys) > self._max_tracked_keys:
+            self._keys.popitem(last=False)
+        return key
+
+    def matcher(self, spec: GrammarSpec, matcher: TokenMatcher) -> TokenMatcher:
+        """``matcher``, recording its path if it is the first of an upgradable key."""
+        if self._part(spec) is None:
+            return matcher
+        with self._lock:
+            key = self._key(spec)
+            if key.path is not None or key.started:
+                return matcher
+            key.path = RecordedPath()
+            return PathRecorder(matcher, key.path)
 
     def note(self, spec: GrammarSpec, admission: Admission[CompiledGrammar]) -> None:
         """Count one request of ``spec``; start its upgrade if this is the request that does.
 
         Runs on the admitting thread: a dictionary update for most requests.
         An upgrade starts only from a cache hit whose grammar is not on the
-        upgrade's engine already (one loaded from the persistent cache may be).
+        upgrade's engine already (one loaded from the persistent cache may
+        be), once the key's first request has recorded enough of its path.
         """
-        if self._after == 0:
-            return
-        part = self._plan(spec).upgrade
+        part = self._part(spec)
         if part is None:
             return
         with self._lock:
-            count = self._counts.pop(spec, 0)
-            if count != _STARTED:
-                count += 1
-                if count >= self._after and admission.hit and self._needed(admission, part):
-                    count = _STARTED
-                    self._start(spec, part)
-            self._counts[spec] = count
-            while len(self._counts) > self._max_tracked_keys:
-                self._counts.popitem(last=False)
+            key = self._key(spec)
+            key.requests += 1
+            if (
+                key.started
+                or key.requests < self._after
+                or not admission.hit
+                or key.path is None
+                or not key.path.ready
+                or not self._needed(admission, part)
+            ):
+                return
+            key.started = True
+            current = admission.future.result()
+            path = list(key.path.tokens)
+            # Shut down: the engine is closing and the upgrade is not needed.
+            with contextlib.suppress(RuntimeError):
+                self._executor.submit(self._run, spec, part, current, path)
 
     @staticmethod
     def _needed(admission: Admission[CompiledGrammar], part: str) -> bool:
@@ -106,12 +165,7 @@ class Upgrades:
             return False  # the key failed: there is nothing to upgrade
         return future.result().engine_name != part
 
-    def _start(self, spec: GrammarSpec, part: str) -> None:
-        # Shut down: the engine is closing and the upgrade is not needed.
-        with contextlib.suppress(RuntimeError):
-            self._executor.submit(self._run, spec, part)
-
-    def _run(self, spec: GrammarSpec, part: str) -> None:
+    def _run(self, spec: GrammarSpec, part: str, current: CompiledGrammar, path: list[int]) -> None:
         try:
             result = self._compile_part(spec, part)
         except Exception as exc:
@@ -123,13 +177,48 @@ class Upgrades:
             )
             self._count(UpgradeOutcome.FAILED)
             return
-        if self._install(spec, result):
-            logger.info(
-                "grammar-guard: %s moves to %s for its later requests", spec.describe(), part
+        trial = self._trial(current, result.compiled, path)
+        if isinstance(trial, str):
+            logger.warning(
+                "grammar-guard: %s stays where it is: its %s grammar refused the path "
+                "a request of it took",
+                spec.describe(),
+                trial,
             )
-            self._count(UpgradeOutcome.DONE)
+            self._count(UpgradeOutcome.FAILED)
+            return
+        before, after = (1e6 * seconds / len(path) for seconds in trial)
+        if after > MIN_GAIN * before:
+            outcome = UpgradeOutcome.SLOWER
+        elif self._install(spec, result):
+            outcome = UpgradeOutcome.DONE
         else:
-            self._count(UpgradeOutcome.DROPPED)
+            outcome = UpgradeOutcome.DROPPED
+        logger.info(
+            "grammar-guard: upgrade of %s to %s: %s (masks %.1f us a token, against %.1f us)",
+            spec.describe(),
+            part,
+            outcome.value,
+            after,
+            before,
+        )
+        self._count(outcome)
+
+    def _trial(
+        self, current: CompiledGrammar, upgraded: CompiledGrammar, path: list[int]
+    ) -> tuple[float, float] | str:
+        """The best of a few alternating replays of ``path`` with each grammar.
+
+        Returns the engine name of a grammar that refused the path instead.
+        """
+        best = [float("inf"), float("inf")]
+        for _ in range(TRIAL_REPEATS):
+            for index, compiled in enumerate((current, upgraded)):
+                seconds = self._mask_cost(compiled, path)
+                if seconds is None:
+                    return compiled.engine_name
+                best[index] = min(best[index], seconds)
+        return best[0], best[1]
 
     def _count(self, outcome: UpgradeOutcome) -> None:
         self._metrics.count_labelled(LabelledCounter.UPGRADES, outcome.value)

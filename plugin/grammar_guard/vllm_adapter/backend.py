@@ -251,8 +251,11 @@ class GrammarGuardBackend(StructuredOutputBackend):
         self, spec: GrammarSpec, compiled: Future[CompiledGrammar], stop_token_ids: set[int] | None
     ) -> StructuredOutputGrammar:
         """The request's own grammar over the shared compiled one; raises why there is none."""
-        matcher = self._engine.new_matcher(
-            compiled.result(), stop_token_ids=stop_token_ids, max_rollback_tokens=self._max_rollback
+        matcher = self.service.new_matcher(
+            spec,
+            compiled.result(),
+            stop_token_ids=stop_token_ids,
+            max_rollback_tokens=self._max_rollback,
         )
         return GuardedGrammar(matcher, spec.describe())
 
