@@ -8,7 +8,7 @@ upgrade the way a test waits for any compile (no sleeps).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,31 +200,39 @@ def test_upgrade_after_sets_the_request_that_starts_it_and_zero_never_does(
         assert served == engines
 
 
-class _RefusingXGrammar(InThreadCompiler):
-    """Compiles in the thread, but every xgrammar compile fails."""
+class _PartCompiles(InThreadCompiler):
+    """Compiles in the thread; a compile on a named part (an upgrade) runs ``before`` first."""
 
-    def __init__(self, engine: RoutedEngine) -> None:
+    def __init__(self, engine: RoutedEngine, before: Callable[[], None]) -> None:
         super().__init__(engine)
-        self.refused = 0
+        self._before = before
 
     def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
-        if part == EngineName.XGRAMMAR.value:
-            self.refused += 1
-            raise InvalidGrammarError("grammar compile was stopped after its hard limit of 1 s")
+        if part is not None:
+            self._before()
         return super().compile(spec, part)
+
+
+def _refuse() -> None:
+    raise InvalidGrammarError("grammar compile was stopped after its hard limit of 1 s")
 
 
 def test_a_failed_upgrade_leaves_the_key_where_it_was_and_is_not_retried(
     routed: RoutedEngine, services: list[CompileService]
 ) -> None:
-    compiler = _RefusingXGrammar(routed)
-    service = _service(routed, compiler=compiler)
+    refused: list[str] = []
+
+    def refuse() -> None:
+        refused.append("xgrammar")
+        _refuse()
+
+    service = _service(routed, compiler=_PartCompiles(routed, refuse))
     services.append(service)
     spec = _json(LONG_STRING)
     for _ in range(4):
         assert _decode(service, spec).engine is EngineName.LLGUIDANCE
         assert service.drain(HANG_GUARD_S)
-    assert compiler.refused == 1
+    assert refused == ["xgrammar"]
     assert _upgrades(service) == {"failed": 1}
 
 
@@ -258,30 +266,21 @@ def test_an_upgraded_grammar_replaces_the_first_in_the_cache_folder(
     assert _upgrades(restarted) == {}
 
 
-class _HeldUpgrades(InThreadCompiler):
-    """Compiles in the thread; an upgrade (a compile on a named part) waits for the test."""
-
-    def __init__(self, engine: RoutedEngine) -> None:
-        super().__init__(engine)
-        self.release = threading.Event()
-
-    def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
-        if part == EngineName.XGRAMMAR.value:
-            assert self.release.wait(HANG_GUARD_S), "the test never released the upgrade"
-        return super().compile(spec, part)
-
-
 def test_an_upgrade_of_a_key_that_left_the_cache_is_dropped(
     routed: RoutedEngine, services: list[CompileService]
 ) -> None:
-    compiler = _HeldUpgrades(routed)
-    service = _service(routed, compiler=compiler, max_entries=1)
+    release = threading.Event()
+
+    def held() -> None:
+        assert release.wait(HANG_GUARD_S), "the test never released the upgrade"
+
+    service = _service(routed, compiler=_PartCompiles(routed, held), max_entries=1)
     services.append(service)
     spec = _json(LONG_STRING)
     _decode(service, spec)
     _served(service, spec)  # starts the upgrade, held
     _served(service, _json(PLAIN))  # evicts the key: one entry allowed
-    compiler.release.set()
+    release.set()
     assert service.drain(HANG_GUARD_S)
     assert _upgrades(service) == {"dropped": 1}
     assert _served(service, spec).engine is EngineName.LLGUIDANCE  # compiled anew, as first

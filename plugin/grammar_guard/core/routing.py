@@ -32,7 +32,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -204,19 +204,11 @@ def xgrammar_compile_estimate_s(spec: GrammarSpec) -> float:
 def _schema_bounds(node: Any) -> tuple[int, int]:
     """The sums of the string length bounds and of the pattern repeat counts in a schema."""
     strings = repeats = 0
-    pending = [node]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, dict):
-            for key, value in item.items():
-                if key in _STRING_BOUNDS and isinstance(value, int | float):
-                    strings += int(min(value, 1 << 31))
-                elif key == "pattern" and isinstance(value, str):
-                    repeats += _repeat_total(value)
-                elif key not in ("enum", "const", "default", "examples"):
-                    pending.append(value)
+    for keyword, value in _bounds_in(node):
+        if keyword == "pattern":
+            repeats += _repeat_total(value)
+        else:
+            strings += int(min(value, 1 << 31))
     return strings, repeats
 
 
@@ -225,6 +217,14 @@ def _repeat_total(text: str) -> int:
 
 
 def _schema_is_slow(node: Any) -> bool:
+    return any(
+        _repeats_are_slow(value) if keyword == "pattern" else value >= SLOW_STRING_LENGTH
+        for keyword, value in _bounds_in(node)
+    )
+
+
+def _bounds_in(node: Any) -> Iterator[tuple[str, Any]]:
+    """Every string length bound (a number) and ``pattern`` (a string) in a schema."""
     pending = [node]
     while pending:
         item = pending.pop()
@@ -232,15 +232,12 @@ def _schema_is_slow(node: Any) -> bool:
             pending.extend(item)
         elif isinstance(item, dict):
             for key, value in item.items():
-                if key in _STRING_BOUNDS and isinstance(value, int | float):
-                    if value >= SLOW_STRING_LENGTH:
-                        return True
-                elif key == "pattern" and isinstance(value, str):
-                    if _repeats_are_slow(value):
-                        return True
+                if (key in _STRING_BOUNDS and isinstance(value, int | float)) or (
+                    key == "pattern" and isinstance(value, str)
+                ):
+                    yield key, value
                 elif key not in ("enum", "const", "default", "examples"):
                     pending.append(value)
-    return False
 
 
 def xgrammar_over_constrains(spec: GrammarSpec) -> bool:
