@@ -119,17 +119,16 @@ def _worker(kind: str, schema_json: str, duration_s: float) -> None:
         ended = time.perf_counter()
         tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
         batches.append({"end_s": ended - started, "tok_s": tokens / (ended - batch_started)})
-        if upgrade is None and (outcome := _upgrade_outcome(kind)) is not None:
+        if upgrade is None and (outcome := _upgrade_outcome(llm, kind)) is not None:
             upgrade = {"outcome": outcome, "at_s": ended - started}
         # A plugin engine's run goes on until its key's upgrade was decided, or
         # the key was loaded from the folder, or it is clear neither happens.
-        decided = upgrade is not None or _disk_counts(kind).get("hits", 0) > 0
+        decided = upgrade is not None or _disk_counts(llm, kind).get("hits", 0) > 0
         settled = decided or kind in _VLLM_BACKENDS or ended - started >= UPGRADE_WAIT_S
         if ended - started >= duration_s and len(batches) > STEADY_BATCHES and settled:
             break
     if kind.startswith("grammar-guard"):
-        service = llm.llm_engine.engine_core.engine_core.structured_output_manager.backend.service
-        service.drain()  # a filling run's file is complete before the process ends
+        _service(llm).drain()  # a filling run's file is complete before the process ends
     print(
         RESULT
         + json.dumps(
@@ -137,30 +136,33 @@ def _worker(kind: str, schema_json: str, duration_s: float) -> None:
                 "ttft_s": ttft_s,
                 "batches": batches,
                 "upgrade": upgrade,
-                **_disk_counts(kind),
+                **_disk_counts(llm, kind),
             }
         ),
         flush=True,
     )
 
 
-def _upgrade_outcome(kind: str) -> str | None:
+def _service(llm: Any) -> Any:
+    # This engine's own numbers: metrics_snapshot() would add those other
+    # engine processes on the machine left in the metrics folder.
+    return llm.llm_engine.engine_core.engine_core.structured_output_manager.backend.service
+
+
+def _upgrade_outcome(llm: Any, kind: str) -> str | None:
     """How the key's upgrade ended (done, slower, failed, dropped); None while undecided."""
     if not kind.startswith("grammar-guard"):
         return None
-    import grammar_guard
     from grammar_guard.core.metrics import LabelledCounter
 
-    counts = grammar_guard.metrics_snapshot().labelled_values(LabelledCounter.UPGRADES)
+    counts = _service(llm).metrics.snapshot().labelled_values(LabelledCounter.UPGRADES)
     return next(iter(counts), None)
 
 
-def _disk_counts(kind: str) -> dict[str, int]:
+def _disk_counts(llm: Any, kind: str) -> dict[str, int]:
     if not kind.startswith("grammar-guard"):
         return {}
-    import grammar_guard
-
-    numbers = grammar_guard.metrics_snapshot().as_dict()
+    numbers = _service(llm).metrics.snapshot().as_dict()
     return {name: int(numbers[f"grammar_guard_disk_{name}_total"]) for name in ("hits", "misses")}
 
 

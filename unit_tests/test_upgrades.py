@@ -236,6 +236,27 @@ def test_a_failed_upgrade_leaves_the_key_where_it_was_and_is_not_retried(
     assert _upgrades(service) == {"failed": 1}
 
 
+def test_an_upgrade_lost_to_its_compile_worker_is_tried_again_by_a_later_request(
+    routed: RoutedEngine, services: list[CompileService]
+) -> None:
+    lost: list[str] = []
+
+    def lose_the_first() -> None:
+        if not lost:
+            lost.append("xgrammar")
+            raise RuntimeError("the grammar compile process could not start: not ready")
+
+    service = _service(routed, compiler=_PartCompiles(routed, lose_the_first))
+    services.append(service)
+    spec = _json(LONG_STRING)
+    engines = []
+    for _ in range(4):
+        engines.append(_decode(service, spec).engine)
+        assert service.drain(HANG_GUARD_S)
+    assert engines == [EngineName.LLGUIDANCE] * 3 + [EngineName.XGRAMMAR]
+    assert _upgrades(service) == {"failed": 1, "done": 1}
+
+
 def test_a_new_grammar_that_refuses_the_recorded_path_is_not_served(
     routed: RoutedEngine, services: list[CompileService]
 ) -> None:

@@ -19,7 +19,8 @@ an upgrade:
   for keys both engines enforce alike; ``integration_tests`` checks that on
   the shared schema collections, and a replay the new grammar refuses
   keeps the key where it is);
-- a failed or slower upgrade is not tried again for the key;
+- a slower upgrade, or one the new engine refuses, is not tried again for
+  the key (one lost to a worker that could not start may be);
 - an upgraded grammar replaces the first in the persistent cache too, so a
   restarted engine starts on it.
 
@@ -38,6 +39,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.engine import CompiledGrammar
+from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds
 from grammar_guard.core.metrics import CacheMetrics, LabelledCounter, UpgradeOutcome
 
@@ -176,6 +178,10 @@ class Upgrades:
                 exc,
             )
             self._count(UpgradeOutcome.FAILED)
+            if not isinstance(exc, InvalidGrammarError):
+                # Not the grammar's fault (its worker could not start, say): a
+                # later request of the key may try again.
+                self._allow_retry(spec)
             return
         trial = self._trial(current, result.compiled, path)
         if isinstance(trial, str):
@@ -203,6 +209,12 @@ class Upgrades:
             before,
         )
         self._count(outcome)
+
+    def _allow_retry(self, spec: GrammarSpec) -> None:
+        with self._lock:
+            key = self._keys.get(spec)
+            if key is not None:
+                key.started = False
 
     def _trial(
         self, current: CompiledGrammar, upgraded: CompiledGrammar, path: list[int]
