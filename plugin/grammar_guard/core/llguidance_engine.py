@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.torch as llguidance_torch
+import numpy as np
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.listed_patterns import fold_listed_patterns
@@ -91,7 +92,7 @@ class LLGuidanceMatcher:
     request; llguidance knows only its tokenizer's) work alike.
     """
 
-    __slots__ = ("_ended", "_ends", "_eos_ids", "_matcher")
+    __slots__ = ("_cleared", "_ended", "_ends", "_eos_ids", "_matcher")
 
     def __init__(
         self,
@@ -104,6 +105,8 @@ class LLGuidanceMatcher:
         # The tokens that end this request's output.
         self._ends = stop_ids or eos_ids
         self._eos_ids = eos_ids
+        # The tokenizer's stop tokens this request does not stop on: never allowed.
+        self._cleared = tuple(eos_ids - self._ends)
         self._ended = False
 
     def accept_token(self, token_id: int) -> bool:
@@ -132,7 +135,8 @@ class LLGuidanceMatcher:
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         llguidance_torch.fill_next_token_bitmask(self._matcher, bitmask, row)
-        self._fix_stop_bits(bitmask, row)
+        if self._ends != self._eos_ids:
+            self._fix_stop_bits(_words(bitmask), row)
 
     def is_terminated(self) -> bool:
         return self._ended
@@ -149,16 +153,19 @@ class LLGuidanceMatcher:
         matcher = self._matcher
         return not matcher.is_error() and bool(matcher.is_accepting() or matcher.is_stopped())
 
-    def _fix_stop_bits(self, bitmask: torch.Tensor, row: int) -> None:
-        # llguidance allows its own EOS exactly where the grammar may end;
-        # only a request with other stop tokens needs its row changed.
-        if self._ends == self._eos_ids:
-            return
+    def _fix_stop_bits(self, words: np.ndarray, row: int) -> None:
+        """Allow this request's own stop tokens where the grammar may end, and no other.
+
+        llguidance allows its own EOS exactly where the grammar may end, so
+        only a request with other stop tokens needs its row changed. Through
+        a NumPy view: a bit set through torch indexing cost several
+        microseconds, and vLLM gives every request its own stop tokens.
+        """
         may_end = self._may_end()
-        for token_id in self._eos_ids - self._ends:
-            _set_bit(bitmask, row, token_id, False)
+        for token_id in self._cleared:
+            _set_bit(words, row, token_id, False)
         for token_id in self._ends:
-            _set_bit(bitmask, row, token_id, may_end)
+            _set_bit(words, row, token_id, may_end)
 
     @staticmethod
     def fill_batch(
@@ -176,17 +183,26 @@ class LLGuidanceMatcher:
             [(m._matcher, row) for m, row in zip(own, rows, strict=True)],
             bitmask,
         )
-        for matcher, row in zip(own, rows, strict=True):
-            matcher._fix_stop_bits(bitmask, row)
+        fixed = [(m, row) for m, row in zip(own, rows, strict=True) if m._ends != m._eos_ids]
+        if fixed:
+            words = _words(bitmask)
+            for matcher, row in fixed:
+                matcher._fix_stop_bits(words, row)
 
 
-def _set_bit(bitmask: torch.Tensor, row: int, token_id: int, allowed: bool) -> None:
+def _words(bitmask: torch.Tensor) -> np.ndarray:
+    """The bitmask's words as unsigned integers, sharing its memory (a CPU tensor)."""
+    return bitmask.numpy().view(np.uint32)
+
+
+def _set_bit(words: np.ndarray, row: int, token_id: int, allowed: bool) -> None:
     word, bit = divmod(token_id, 32)
-    if word >= bitmask.shape[1]:
+    if word >= words.shape[1]:
         return
-    value = int(bitmask[row, word]) & 0xFFFFFFFF
-    value = value | (1 << bit) if allowed else value & ~(1 << bit)
-    bitmask[row, word] = value - (1 << 32) if value >= 1 << 31 else value
+    if allowed:
+        words[row, word] |= np.uint32(1 << bit)
+    else:
+        words[row, word] &= np.uint32(~(1 << bit) & 0xFFFFFFFF)
 
 
 @functools.cache
