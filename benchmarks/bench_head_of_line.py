@@ -25,21 +25,20 @@ alike. A block ends once all its requests have finished, slow ones included,
 so no compile spills into the next block.
 
     .venv/bin/python benchmarks/bench_head_of_line.py [--quick] [--env NAME=VALUE ...]
+        [--backends NAME ...] [--block S] [--json PATH] [--plot PATH] [--markdown PATH]
 
 Prints markdown tables, writes every sample to a JSON file and plots
-``docs/img/head_of_line.png``.
+``docs/img/head_of_line.png`` (where matplotlib is installed).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +54,7 @@ from head_of_line_report import (
     summaries,
 )
 from head_of_line_workload import Arrival, Workload
+from scoped_env import scoped_environment
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -185,31 +185,14 @@ def _block_order(round_index: int) -> tuple[str, ...]:
     return BLOCKS if round_index % 2 == 0 else BLOCKS[::-1]
 
 
-@contextlib.contextmanager
-def _environment(settings: dict[str, str]) -> Iterator[None]:
-    """``settings`` in this process's environment while one configuration runs.
-
-    The engine-core process reads them when it starts, the API side (this
-    process) for each request; the next configuration must not inherit them.
-    """
-    saved = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 async def measure_backend(backend: str, workload: Workload) -> dict[str, list[Sample]]:
     """Start ``backend``'s engine, warm it up, run every round, shut it down."""
     from vllm.v1.engine.async_llm import AsyncLLM
 
     vllm_backend, settings = _CONFIGURATIONS.get(backend, (backend, {}))
-    with _environment(settings):
+    # The engine-core process reads them when it starts, the API side (this
+    # process) for each request.
+    with scoped_environment(settings):
         engine = AsyncLLM.from_engine_args(_engine_args(vllm_backend))
         try:
             return await _measure(engine, backend, workload)
@@ -290,6 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="every sample")
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
+    parser.add_argument("--markdown", type=Path, help="also write the headline table here")
     return parser
 
 
@@ -315,18 +299,23 @@ def _report(
     }
 
 
-def _print_tables(workload: Workload, report: dict[str, Any]) -> None:
+def _caption(workload: Workload, report: dict[str, Any]) -> str:
     load = report["load_average"]
-    print(
+    return (
         f"Tiny model, {workload.rounds} x {workload.block_s:g} s per block, "
         f"{workload.rate_per_s:g} simple requests/s, a slow schema every "
         f"{workload.slow_every_s:g} s, {report['date']}, load average "
         f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after"
     )
-    print()
-    print(headline_table(report["summary"]))
-    print()
-    print(breakdown_table(report["summary"]))
+
+
+def _markdown(workload: Workload, report: dict[str, Any]) -> str:
+    """What docs/benchmarks.md shows: the headline table and the slow requests' own wait."""
+    slow = ", ".join(
+        f"{backend} {row['slow']['ttft_p50_s']:.3g} s" for backend, row in report["summary"].items()
+    )
+    headline = headline_table(report["summary"])
+    return f"{_caption(workload, report)}.\n\n{headline}\n\nSlow requests' TTFT p50: {slow}.\n"
 
 
 def main() -> None:
@@ -340,9 +329,16 @@ def main() -> None:
     report = _report(workload, env, results, started, load)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))
-    plot(results, workload.block_s, workload.slow_times(), args.plot)
-    _print_tables(workload, report)
-    print(f"\n{report['seconds']:.0f} s in all; samples: {args.json}; plot: {args.plot}")
+    plotted = plot(results, workload.block_s, workload.slow_times(), args.plot)
+    print(_caption(workload, report))
+    print()
+    print(headline_table(report["summary"]))
+    print()
+    print(breakdown_table(report["summary"]))
+    if args.markdown:
+        args.markdown.write_text(_markdown(workload, report))
+    shown = args.plot if plotted else "none (matplotlib is not installed)"
+    print(f"\n{report['seconds']:.0f} s in all; samples: {args.json}; plot: {shown}")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ QUICK_SCHEMA = slow_schema(40)
 # --- worker: one engine, one restart ---------------------------------------------------
 
 
-def _worker(kind: str, schema_json: str, duration_s: float) -> None:
+def _worker(kind: str, schema_json: str, duration_s: float, upgrade_wait_s: float) -> None:
     from grammar_guard.demo.engine import start_engine
 
     overrides: dict[str, Any] = {}
@@ -124,7 +124,7 @@ def _worker(kind: str, schema_json: str, duration_s: float) -> None:
         # A plugin engine's run goes on until its key's upgrade was decided, or
         # the key was loaded from the folder, or it is clear neither happens.
         decided = upgrade is not None or _disk_counts(llm, kind).get("hits", 0) > 0
-        settled = decided or kind in _VLLM_BACKENDS or ended - started >= UPGRADE_WAIT_S
+        settled = decided or kind in _VLLM_BACKENDS or ended - started >= upgrade_wait_s
         if ended - started >= duration_s and len(batches) > STEADY_BATCHES and settled:
             break
     if kind.startswith("grammar-guard"):
@@ -166,14 +166,24 @@ def _disk_counts(llm: Any, kind: str) -> dict[str, int]:
     return {name: int(numbers[f"grammar_guard_disk_{name}_total"]) for name in ("hits", "misses")}
 
 
-def _restart(kind: str, schema: dict[str, Any], folder: Path, duration_s: float) -> dict[str, Any]:
+def _restart(
+    kind: str, schema: dict[str, Any], folder: Path, duration_s: float, upgrade_wait_s: float
+) -> dict[str, Any]:
     """Start a fresh engine process of ``kind`` and measure it on ``schema``."""
     env = {**os.environ, "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S)}
     env.pop("GRAMMAR_GUARD_CACHE_DIR", None)
     if kind == "grammar-guard, cache folder":
         env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder)
     done = subprocess.run(
-        [sys.executable, __file__, "--worker", kind, json.dumps(schema), str(duration_s)],
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            kind,
+            json.dumps(schema),
+            str(duration_s),
+            str(upgrade_wait_s),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -194,25 +204,32 @@ def steady(run: dict[str, Any]) -> tuple[float, float]:
 
 
 def measure_restarts(
-    schema: dict[str, Any], rounds: int, folder: Path, duration_s: float
+    schema: dict[str, Any],
+    rounds: int,
+    folder: Path,
+    duration_s: float,
+    *,
+    kinds: tuple[str, ...] = KINDS,
+    upgrade_wait_s: float = UPGRADE_WAIT_S,
 ) -> dict[str, Any]:
     # Fills the folder: runs until its key's upgrade was decided, so the folder
     # holds the grammar a restart should start on.
-    fill = _restart("grammar-guard, cache folder", schema, folder, duration_s)
-    if fill["misses"] != 1 or fill["upgrade"] is None:
+    fill = _restart("grammar-guard, cache folder", schema, folder, duration_s, upgrade_wait_s)
+    if fill["misses"] != 1 or (upgrade_wait_s and fill["upgrade"] is None):
         raise RuntimeError(f"the filling run did not compile and decide its upgrade: {fill}")
-    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     for round_ in range(rounds):
-        for kind in KINDS:
-            run = _restart(kind, schema, folder, duration_s)
+        for kind in kinds:
+            run = _restart(kind, schema, folder, duration_s, upgrade_wait_s)
             runs[kind].append(run)
             print(
                 f"round {round_ + 1}/{rounds}: {kind}: TTFT {run['ttft_s']:.2f} s, "
                 f"steady {steady(run)[0]:.0f} tok/s from {steady(run)[1]:.1f} s",
                 file=sys.stderr,
             )
-        if runs[KINDS[-1]][-1]["hits"] != 1:
-            raise RuntimeError(f"a cache-folder run compiled instead of loading: {runs[KINDS[-1]]}")
+        loading = runs.get(KINDS[-1], [])
+        if loading and loading[-1]["hits"] != 1:
+            raise RuntimeError(f"a cache-folder run compiled instead of loading: {loading}")
     return {"fill_upgrade": fill["upgrade"], "runs": runs}
 
 
@@ -298,8 +315,7 @@ def markdown(report: dict[str, Any]) -> str:
         "| time to steady state | upgrade |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for kind in KINDS:
-        kind_runs = runs[kind]
+    for kind, kind_runs in runs.items():
         steadies = [steady(run) for run in kind_runs]
         decided = [run["upgrade"] for run in kind_runs if run.get("upgrade")]
         landed = ", ".join(f"{up['outcome']} at {up['at_s']:.1f} s" for up in decided) or "-"
@@ -309,10 +325,11 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {statistics.median(rate for rate, _ in steadies):.0f} "
             f"| {statistics.median(at for _, at in steadies):.1f} s | {landed} |"
         )
+    fill_upgrade = report["restarts"]["fill_upgrade"] or {"outcome": "undecided"}
     lines += [
         "",
-        f"The filling run's upgrade: {report['restarts']['fill_upgrade']['outcome']}, so the "
-        f"folder holds the {formats['engine']} grammar.",
+        f"The filling run's upgrade: {fill_upgrade['outcome']}, so the folder holds the "
+        f"{formats['engine']} grammar.",
         "",
         f"#### Cache file formats (the stored {formats['engine']} grammar: "
         f"{formats['memory_bytes'] / 2**20:.1f} MiB in memory, "
@@ -332,24 +349,37 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of batches per run")
     parser.add_argument("--format-reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="one short round, a smaller schema")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI's form: --quick, restarted from the cache folder only, no wait for an upgrade",
+    )
     parser.add_argument("--out-dir", type=Path, default=Path("bench-out"))
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args()
     if args.worker:
-        kind, schema_json, duration = args.worker
-        _worker(kind, schema_json, float(duration))
+        kind, schema_json, duration, upgrade_wait = args.worker
+        _worker(kind, schema_json, float(duration), float(upgrade_wait))
         return
-    schema = QUICK_SCHEMA if args.quick else FULL_SCHEMA
-    rounds = 1 if args.quick else args.rounds
-    duration_s = 3.0 if args.quick else args.duration
+    quick = args.quick or args.smoke
+    schema = QUICK_SCHEMA if quick else FULL_SCHEMA
+    rounds = 1 if quick else args.rounds
+    duration_s = 3.0 if quick else args.duration
     with tempfile.TemporaryDirectory(prefix="grammar-guard-restart-") as folder:
-        restarts = measure_restarts(schema, rounds, Path(folder), duration_s)
-        formats = measure_formats(schema, Path(folder), 2 if args.quick else args.format_reps)
+        restarts = measure_restarts(
+            schema,
+            rounds,
+            Path(folder),
+            duration_s,
+            kinds=KINDS[-1:] if args.smoke else KINDS,
+            upgrade_wait_s=0.0 if args.smoke else UPGRADE_WAIT_S,
+        )
+        formats = measure_formats(schema, Path(folder), 2 if quick else args.format_reps)
     report = {
         "date": date.today().isoformat(),
         "schema": schema,

@@ -1,7 +1,8 @@
 """One-shot NVIDIA GPU check of the mask apply paths (a few minutes).
 
 Run on a machine with CUDA: ``.venv/bin/python benchmarks/gpu_apply_check.py``
-(``--part kernels`` or ``--part engines`` runs one half).
+(``--part kernels`` or ``--part engines`` runs one half; ``--markdown PATH``
+also writes the timing table and the verdicts there).
 
 1. Correctness: ``GraphSafeBitmaskApplier`` against a reference on the GPU,
    for float32/bf16/fp16, vocabularies that are not multiples of 32, logits
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -282,7 +284,13 @@ def engine_problems(runner: str, drafts: int, report: dict[str, Any]) -> list[st
     return problems
 
 
-def check_engines() -> bool:
+def check_engines(lines: list[str]) -> bool:
+    """Run every engine of part 4; its verdicts are printed and kept in ``lines``."""
+
+    def say(line: str) -> None:
+        print(line)
+        lines.append(line)
+
     ok = True
     for runner, drafts in ENGINES:
         name = f"engine {runner} runner, {drafts} drafts"
@@ -294,7 +302,8 @@ def check_engines() -> bool:
         )
         results = [line for line in run.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
         if run.returncode != 0 or not results:
-            print(f"FAIL {name}: exit {run.returncode}\n{run.stderr[-3000:]}")
+            say(f"FAIL {name}: exit {run.returncode}")
+            print(run.stderr[-3000:])
             ok = False
             continue
         report = json.loads(results[-1].removeprefix(RESULT_PREFIX))
@@ -304,9 +313,9 @@ def check_engines() -> bool:
             f"{report['fill_steps']} fill steps, {report['plugin_apply_steps']} plugin apply "
             f"steps, {report['drafts_proposed']} draft tokens"
         )
-        print(f"{'FAIL' if problems else 'ok  '} {name}: {summary}")
+        say(f"{'FAIL' if problems else 'ok  '} {name}: {summary}")
         for problem in problems:
-            print(f"     {problem}")
+            say(f"     {problem}")
         ok = ok and not problems
     return ok
 
@@ -315,6 +324,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("all", "kernels", "engines"), default="all")
     parser.add_argument("--engine", nargs=2, metavar=("RUNNER", "DRAFTS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--markdown", type=Path, help="also write the timings and verdicts here (with a GPU)"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("skipped: gpu_apply_check.py needs an NVIDIA GPU with CUDA; none is available here.")
@@ -323,17 +335,24 @@ def main() -> int:
         runner, drafts = args.engine
         print(RESULT_PREFIX + json.dumps(engine_check(runner, int(drafts))), flush=True)
         return 0
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    print(device)
+    report = [device + "."]
     if args.part in ("all", "kernels"):
         rng = np.random.default_rng(0)
         check_correctness(rng)
         check_graph_replay(rng)
-        print()
-        print(timing_table(rng))
-        print()
-    if args.part in ("all", "engines") and not check_engines():
-        return 1
-    return 0
+        timings = timing_table(rng)
+        print(f"\n{timings}\n")
+        # Reached only when every correctness and replay check passed: a failure exits.
+        report += ["Every eager and graph-replay result equals the reference.", "", timings]
+    engines: list[str] = []
+    ok = args.part not in ("all", "engines") or check_engines(engines)
+    if engines:
+        report += ["", "Engines (part 4):", "", *(f"- `{line.strip()}`" for line in engines)]
+    if args.markdown:
+        args.markdown.write_text("\n".join(report) + "\n")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from benchmarks.coverage.cases import (
     Selection,
     default_data_dir,
 )
+from benchmarks.coverage.report import render_overview
 from benchmarks.coverage.results import CRASH, TIMEOUT, SchemaResult
 from benchmarks.coverage.run import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, CoverageConfig, run_coverage
 
@@ -49,6 +50,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="allow whitespace in JSON (default: compact, vLLM's disable_any_whitespace)",
     )
     parser.add_argument("--out", type=Path, default=Path("build/coverage"))
+    parser.add_argument(
+        "--markdown", type=Path, help="also write the overall table (docs/benchmarks.md's) here"
+    )
     parser.add_argument("--data", type=Path, default=default_data_dir())
     return parser.parse_args(argv)
 
@@ -99,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     coverage = run_coverage(config, progress=_ProgressLine())
     print(coverage.tables)
+    if args.markdown:
+        args.markdown.write_text(render_overview(coverage.report), encoding="utf-8")
     for path in coverage.files:
         print(f"wrote {path}")
     return 0

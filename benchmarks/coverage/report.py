@@ -99,6 +99,19 @@ def render_tables(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_overview(report: dict[str, Any]) -> str:
+    """The run line, the overall table and the routed engine split: docs/benchmarks.md's part."""
+    overall = report["overall"]
+    lines = [
+        _run_line(report["run"]),
+        "",
+        *_table("path", [(path, overall[path]) for path in PATHS]),
+        "",
+        _engine_line(overall[PLUGIN_PATH]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render_wrong(report: dict[str, Any]) -> str:
     lines = [
         "## Wrong verdicts",

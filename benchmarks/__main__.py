@@ -1,0 +1,69 @@
+"""Command line: ``python -m benchmarks all [--smoke] [--only NAME ...] [--no-docs]``.
+
+``all`` runs every benchmark on the code as it is, each beside vLLM's own
+backends in the same run, and writes their tables into docs/benchmarks.md
+(``--no-docs``: only into ``--out``). ``--smoke`` runs each in a short form
+that proves it still works; its figures mean nothing, so it never writes the
+docs. Run from the repository root with the project's virtualenv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from benchmarks.provenance import REPO
+from benchmarks.suite import BENCHMARKS, FAILED, NAMES, RunOptions, command_line, run_all
+
+DEFAULT_OUT = {False: REPO / "build" / "benchmarks", True: REPO / "build" / "benchmarks-smoke"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[1]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("all", help="run the benchmarks and regenerate their tables")
+    run.add_argument("--smoke", action="store_true", help="the short forms; never touches the docs")
+    run.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
+    run.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md as it is")
+    run.add_argument(
+        "--out", type=Path, help="where each benchmark's files go (default: build/...)"
+    )
+    run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    return parser
+
+
+def _as_typed(arguments: argparse.Namespace) -> str:
+    """The command the provenance line names: enough to run it again."""
+    words = ["python", "-m", "benchmarks", "all"]
+    words += ["--smoke"] if arguments.smoke else []
+    words += ["--only", *arguments.only] if arguments.only else []
+    return shlex.join(words)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    names = arguments.only or list(NAMES)
+    options = RunOptions(
+        smoke=arguments.smoke,
+        docs=not (arguments.smoke or arguments.no_docs),
+        # Absolute: the benchmarks run from the repository root, wherever this was started.
+        out=(arguments.out or DEFAULT_OUT[arguments.smoke]).resolve(),
+        command=_as_typed(arguments),
+    )
+    if arguments.dry_run:
+        for benchmark in BENCHMARKS:
+            if benchmark.name in names:
+                command = command_line(benchmark, options)
+                shown = shlex.join(command) if command else f"(none: {benchmark.covered_by})"
+                print(f"{benchmark.name}: {shown}")
+        return 0
+    outcomes = run_all(names, options)
+    return 1 if any(outcome.result == FAILED for outcome in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
