@@ -93,6 +93,15 @@ def services() -> Iterator[list[CompileService]]:
         service.close("test over")
 
 
+def _engines_served(service: CompileService, spec: GrammarSpec, requests: int) -> list[EngineName]:
+    """The engine each of ``requests`` decoded requests got, each one's upgrade work drained."""
+    engines = []
+    for _ in range(requests):
+        engines.append(_decode(service, spec).engine)
+        assert service.drain(HANG_GUARD_S)
+    return engines
+
+
 def _served(service: CompileService, spec: GrammarSpec) -> RoutedCompiled:
     compiled = service.admit(spec).future.result(timeout=HANG_GUARD_S)
     assert isinstance(compiled, RoutedCompiled)
@@ -158,9 +167,7 @@ def test_a_key_whose_xgrammar_masks_are_not_cheaper_stays_on_llguidance_for_good
     service = _service(routed, XGRAMMAR_DEARER)
     services.append(service)
     spec = _json(LONG_STRING)
-    for _ in range(4):
-        assert _decode(service, spec).engine is EngineName.LLGUIDANCE
-        assert service.drain(HANG_GUARD_S)
+    assert _engines_served(service, spec, 4) == [EngineName.LLGUIDANCE] * 4
     assert _upgrades(service) == {"slower": 1}
 
 
@@ -193,11 +200,7 @@ def test_upgrade_after_sets_the_request_that_starts_it_and_zero_never_does(
         (later, [EngineName.LLGUIDANCE] * 3 + [EngineName.XGRAMMAR]),
         (never, [EngineName.LLGUIDANCE] * 4),
     ):
-        served = []
-        for _ in engines:
-            served.append(_decode(service, spec).engine)
-            assert service.drain(HANG_GUARD_S)
-        assert served == engines
+        assert _engines_served(service, spec, len(engines)) == engines
 
 
 class _PartCompiles(InThreadCompiler):
@@ -229,9 +232,7 @@ def test_a_failed_upgrade_leaves_the_key_where_it_was_and_is_not_retried(
     service = _service(routed, compiler=_PartCompiles(routed, refuse))
     services.append(service)
     spec = _json(LONG_STRING)
-    for _ in range(4):
-        assert _decode(service, spec).engine is EngineName.LLGUIDANCE
-        assert service.drain(HANG_GUARD_S)
+    assert _engines_served(service, spec, 4) == [EngineName.LLGUIDANCE] * 4
     assert refused == ["xgrammar"]
     assert _upgrades(service) == {"failed": 1}
 
@@ -249,11 +250,7 @@ def test_an_upgrade_lost_to_its_compile_worker_is_tried_again_by_a_later_request
     service = _service(routed, compiler=_PartCompiles(routed, lose_the_first))
     services.append(service)
     spec = _json(LONG_STRING)
-    engines = []
-    for _ in range(4):
-        engines.append(_decode(service, spec).engine)
-        assert service.drain(HANG_GUARD_S)
-    assert engines == [EngineName.LLGUIDANCE] * 3 + [EngineName.XGRAMMAR]
+    assert _engines_served(service, spec, 4) == [EngineName.LLGUIDANCE] * 3 + [EngineName.XGRAMMAR]
     assert _upgrades(service) == {"failed": 1, "done": 1}
 
 
@@ -263,9 +260,7 @@ def test_a_new_grammar_that_refuses_the_recorded_path_is_not_served(
     service = _service(routed, {"xgrammar": None, "llguidance": 1.0})
     services.append(service)
     spec = _json(LONG_STRING)
-    for _ in range(3):
-        assert _decode(service, spec).engine is EngineName.LLGUIDANCE
-        assert service.drain(HANG_GUARD_S)
+    assert _engines_served(service, spec, 3) == [EngineName.LLGUIDANCE] * 3
     assert _upgrades(service) == {"failed": 1}
 
 
