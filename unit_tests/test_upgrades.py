@@ -14,20 +14,22 @@ from typing import Any
 
 import pytest
 import torch
-from unit_tests.conftest import COMPACT, EOS, VOCAB
+from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
 from grammar_guard.core.bitmask import words_per_row
 from grammar_guard.core.bitmask_fill import fill_by_engine
-from grammar_guard.core.compile_service import CompileService
+from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS, CompileService
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
-from grammar_guard.core.engine import CompiledGrammar, TokenMatcher
+from grammar_guard.core.engine import CompiledGrammar, CompilePlan, TokenMatcher
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds
 from grammar_guard.core.metrics import LabelledCounter
 from grammar_guard.core.routing import EngineName, RoutedCompiled, RoutedEngine
 from grammar_guard.core.settings import CacheSettings
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.upgrades import MaskCost
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
 HANG_GUARD_S = 60.0
 
@@ -349,3 +351,33 @@ def test_a_recorder_batch_fills_as_its_matchers_would(routed: RoutedEngine) -> N
     filled = torch.zeros((2, width), dtype=torch.int32)
     fill_by_engine(recorders, filled, [0, 1], threads=1)
     assert torch.equal(filled, expected)
+
+
+class _PlanThreads(RoutedEngine):
+    """The routed small engines; records which threads asked for a plan."""
+
+    def __init__(self, xgrammar: XGrammarEngine, llguidance: LLGuidanceEngine) -> None:
+        super().__init__(xgrammar, llguidance)
+        self.threads: set[int] = set()
+
+    def plan(self, spec: GrammarSpec) -> CompilePlan:
+        self.threads.add(threading.get_ident())
+        return super().plan(spec)
+
+
+def test_the_admitting_thread_never_plans_a_large_key(
+    small: SmallTokenizer,
+    small_llguidance: LLGuidanceEngine,
+    routed: RoutedEngine,
+    services: list[CompileService],
+) -> None:
+    engine = _PlanThreads(small.engine, small_llguidance)
+    service = CompileService(engine, CacheSettings(compile_workers=1), mask_cost=_costs({}))
+    services.append(service)
+    large = _json({**LONG_STRING, "description": "x" * QUICK_LANE_MAX_CHARS})
+    for _ in range(3):  # a miss, then hits: none may parse the spec here
+        compiled = _served(service, large)
+        service.new_matcher(large, compiled, stop_token_ids=None, max_rollback_tokens=0)
+    assert service.drain(HANG_GUARD_S)
+    assert engine.threads and threading.get_ident() not in engine.threads
+    assert routed.plan(large).upgrade is None

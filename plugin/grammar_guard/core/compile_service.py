@@ -251,6 +251,7 @@ class CompileService:
             after=settings.upgrade_after,
             max_tracked_keys=settings.max_tracked_keys,
             metrics=self.metrics,
+            max_spec_chars=QUICK_LANE_MAX_CHARS,
             mask_cost=mask_cost,
         )
 

@@ -309,8 +309,9 @@ def upgrade_target(spec: GrammarSpec, chosen: Route, *, slow: bool) -> EngineNam
 
     ``chosen`` is the automatic route of ``spec`` and ``slow`` its
     :func:`slow_for_xgrammar`. Only a key routed to llguidance for xgrammar's
-    compile time alone qualifies, and only if that compile is affordable in
-    the background (:data:`UPGRADE_MAX_COMPILE_S`): one that xgrammar
+    compile time alone qualifies, and only if it is small (the engine loop
+    judges reused keys, and parses no large spec) and that compile is
+    affordable in the background (:data:`UPGRADE_MAX_COMPILE_S`): one that xgrammar
     enforces strictly, without the constructs it over-constrains, so both
     grammars accept the same values (``integration_tests/test_upgrade_language.py`` checks that
     on the shared collections).
@@ -319,7 +320,7 @@ def upgrade_target(spec: GrammarSpec, chosen: Route, *, slow: bool) -> EngineNam
         chosen.engine is not EngineName.LLGUIDANCE
         or chosen.findings
         or not slow
-        or len(spec.text) >= SLOW_SPEC_CHARS
+        or len(spec.text) >= QUICK_SPEC_CHARS
         or xgrammar_compile_estimate_s(spec) > UPGRADE_MAX_COMPILE_S
         or xgrammar_over_constrains(spec)
     ):

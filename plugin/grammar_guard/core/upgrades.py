@@ -77,8 +77,9 @@ class Upgrades:
 
     ``compile_part`` compiles a spec on the named part of ``engine``;
     ``install`` puts the result in place of the key's cached grammar and
-    says whether it did. ``executor`` runs one upgrade at a time.
-    ``mask_cost`` times a grammar's masks along a path (tests pass their own).
+    says whether it did. ``executor`` runs one upgrade at a time. Specs of
+    ``max_spec_chars`` or more are never upgraded. ``mask_cost`` times a
+    grammar's masks along a path (tests pass their own).
     """
 
     def __init__(
@@ -92,6 +93,7 @@ class Upgrades:
         after: int,
         max_tracked_keys: int,
         metrics: CacheMetrics,
+        max_spec_chars: int,
         mask_cost: MaskCost | None = None,
     ) -> None:
         self._plan = plan
@@ -101,6 +103,7 @@ class Upgrades:
         self._after = after
         self._max_tracked_keys = max_tracked_keys
         self._metrics = metrics
+        self._max_spec_chars = max_spec_chars
         self._mask_cost: MaskCost = mask_cost or (
             lambda compiled, path: fill_seconds(engine, compiled, path)
         )
@@ -109,7 +112,11 @@ class Upgrades:
         self._keys: OrderedDict[GrammarSpec, _Key] = OrderedDict()
 
     def _part(self, spec: GrammarSpec) -> str | None:
-        return None if self._after == 0 else self._plan(spec).upgrade
+        # Runs on the thread admitting requests, where a large spec must not
+        # even be parsed (its plan may not be made yet): such keys never move.
+        if self._after == 0 or len(spec.text) >= self._max_spec_chars:
+            return None
+        return self._plan(spec).upgrade
 
     def _key(self, spec: GrammarSpec) -> _Key:
         """The key's record, made the most recent (lock held)."""
