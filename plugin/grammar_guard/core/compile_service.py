@@ -273,7 +273,7 @@ class CompileService:
         matcher = self.engine.new_matcher(
             compiled, stop_token_ids=stop_token_ids, max_rollback_tokens=max_rollback_tokens
         )
-        return self._upgrades.matcher(spec, matcher)
+        return self._upgrades.matcher(spec, compiled, matcher)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait for the compiles and disk writes started so far; False if ``timeout`` passed."""

@@ -126,9 +126,16 @@ class Upgrades:
             self._keys.popitem(last=False)
         return key
 
-    def matcher(self, spec: GrammarSpec, matcher: TokenMatcher) -> TokenMatcher:
-        """``matcher``, recording its path if it is the first of an upgradable key."""
-        if self._part(spec) is None:
+    def matcher(
+        self, spec: GrammarSpec, compiled: CompiledGrammar, matcher: TokenMatcher
+    ) -> TokenMatcher:
+        """``matcher`` of ``compiled``, recording its path if it is the first of a key to upgrade.
+
+        A grammar already on the upgrade's engine (loaded so from the
+        persistent cache) has nothing to prove: its requests pay no recorder.
+        """
+        part = self._part(spec)
+        if part is None or compiled.engine_name == part:
             return matcher
         with self._lock:
             key = self._key(spec)
