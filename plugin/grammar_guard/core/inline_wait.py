@@ -26,8 +26,11 @@ Waiter = Callable[[Future[Any], float], None]
 # are all busy; one not done by then is not worth holding every running
 # request for.
 DEFAULT_MAX_WAIT_S = 0.1
-# The first requests of a fresh engine (a new key each) arrive together.
-DEFAULT_BURST_S = 0.3
+# The first requests of a fresh engine (a new key each) arrive together: one
+# of each of the eight request kinds may each need the longest wait, and a
+# budget spent before the last of them costs it a whole step (a fifth of a
+# second on a busy CPU), beyond its compile.
+DEFAULT_BURST_S = 1.0
 # At most this fraction of the admitting thread's time goes to waiting.
 DEFAULT_SHARE = 0.1
 
