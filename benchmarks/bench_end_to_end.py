@@ -19,7 +19,10 @@ It reports:
 * throughput at the largest batch: output tokens per second, best of
   ``--runs`` batches, each constrained backend against the faster of vLLM's
   two (with whether their outputs are the same tokens: rates of different
-  outputs are not the same work);
+  outputs are not the same work), and the ceiling: that backend's own outputs
+  decoded with no grammar at all (its twin, below);
+* the same with every core busy: one spinning process per core runs while
+  the engines take their turns again at the largest batch;
 * per-step time at every batch size: each constrained batch against an
   unconstrained twin in the same engine, with the same prompts and the same
   output length per request (``min_tokens = max_tokens`` = the constrained
@@ -42,12 +45,13 @@ timed batch is the steady state on cached keys.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -69,6 +73,8 @@ SCHEMAS = (SCHEMA_A, TAGS_SCHEMA)
 # Both schemas are bounded: every constrained output ends well inside this.
 MAX_TOKENS = 64
 STEP_GOAL = 1.05
+# Default grammar-guard's throughput against the faster vLLM backend.
+QUIET_GOAL, BUSY_GOAL = 1.5, 1.1
 # Long enough for the slowest compile here on a loaded 2-core machine; a timed
 # batch must never wait for one.
 DRAIN_TIMEOUT_S = 600.0
@@ -304,7 +310,17 @@ class Runs:
 Results = dict[tuple[str, int], Runs]
 
 
-def measure(workers: list[Worker], plan: Plan) -> Results:
+@dataclass(frozen=True)
+class Measured:
+    quiet: Results
+    busy: Results  # the throughput batch only, with every core also spinning
+
+
+def measure(workers: list[Worker], plan: Plan) -> Measured:
+    return Measured(_measure_quiet(workers, plan), _measure_busy(workers, plan))
+
+
+def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
     results: Results = {}
     for turn in range(plan.runs):
         for size in plan.batches:
@@ -324,6 +340,29 @@ def measure(workers: list[Worker], plan: Plan) -> Results:
                     _record_twin(runs, worker.run("twin", size))
                     _record(runs, worker.run("batch", size))
     return results
+
+
+def _measure_busy(workers: list[Worker], plan: Plan) -> Results:
+    results: Results = {}
+    size = plan.throughput_batch
+    with spinning(os.cpu_count() or 1):
+        for turn in range(plan.runs):
+            print(f"busy turn {turn + 1}/{plan.runs}, batch {size}", file=sys.stderr, flush=True)
+            for worker in workers if turn % 2 == 0 else workers[::-1]:
+                _record(results.setdefault((worker.name, size), Runs()), worker.run("batch", size))
+    return results
+
+
+@contextlib.contextmanager
+def spinning(count: int) -> Iterator[None]:
+    """``count`` processes that keep a core each busy, at the engines' priority, until exit."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def _record(runs: Runs, result: dict[str, Any]) -> None:
@@ -393,7 +432,8 @@ class Report:
     failures: list[str]
 
 
-def report(plan: Plan, results: Results) -> Report:
+def report(plan: Plan, measured: Measured) -> Report:
+    results = measured.quiet
     size = plan.throughput_batch
     agreements: dict[tuple[str, str, int], Agreement] = {}
     failures: list[str] = []
@@ -417,7 +457,13 @@ def report(plan: Plan, results: Results) -> Report:
         f"request index, max_tokens={MAX_TOKENS}), best of {plan.runs} batch(es) per cell, "
         f"engines taking turns ({date.today().isoformat()}).",
         "",
-        *_throughput_table(plan, results, agreements),
+        *_throughput_table(plan, results, agreements, ""),
+        "",
+        _ceiling_line(plan, results),
+        "",
+        *_throughput_table(
+            plan, measured.busy, agreements, f" with every core busy ({_spinners()})"
+        ),
         "",
         f"Per-step time, each constrained batch against its unconstrained twin (same prompts "
         f"and seeds, the same output length per request, ignore_eos); goal: at most "
@@ -429,24 +475,54 @@ def report(plan: Plan, results: Results) -> Report:
         "",
         *_token_table(plan, agreements),
         "",
-        *_goal_lines(plan, results),
+        *_goal_lines(plan, measured),
     ]
     unstable = [
-        f"{name} at batch {batch}" for (name, batch), runs in results.items() if not runs.stable()
+        f"{name} at batch {batch}{where}"
+        for where, runs_of in (("", results), (" (busy)", measured.busy))
+        for (name, batch), runs in runs_of.items()
+        if not runs.stable() or runs.outputs[0] != results[(name, batch)].outputs[0]
     ]
     if unstable:
         lines += ["", f"Outputs changed from one run to the next: {', '.join(unstable)}."]
     return Report("\n".join(lines) + "\n", failures)
 
 
+def _spinners() -> str:
+    return f"{os.cpu_count() or 1} spinning processes, one per core"
+
+
+def _baseline(plan: Plan, results: Results) -> str:
+    """The faster of vLLM's backends at the throughput batch."""
+    vllm = [name for name in (XGRAMMAR, GUIDANCE) if name in plan.configurations]
+    return max(vllm, key=lambda name: _rate(results[(name, plan.throughput_batch)]))
+
+
+def _speedup(plan: Plan, results: Results, name: str) -> float:
+    size = plan.throughput_batch
+    return _rate(results[(name, size)]) / _rate(results[(_baseline(plan, results), size)])
+
+
+def _ceiling_line(plan: Plan, results: Results) -> str:
+    baseline = _baseline(plan, results)
+    ceiling = results[(baseline, plan.throughput_batch)].step_ratio()
+    return (
+        f"Ceiling: {baseline}'s own outputs decoded with no grammar at all (its twin, below) "
+        f"run at {ceiling:.2f}x its constrained rate; no backend producing those tokens can "
+        "go faster than that."
+    )
+
+
 def _throughput_table(
-    plan: Plan, results: Results, agreements: dict[tuple[str, str, int], Agreement]
+    plan: Plan,
+    results: Results,
+    agreements: dict[tuple[str, str, int], Agreement],
+    condition: str,
 ) -> list[str]:
     size = plan.throughput_batch
-    vllm = [name for name in (XGRAMMAR, GUIDANCE) if name in plan.configurations]
-    baseline = max(vllm, key=lambda name: _rate(results[(name, size)]))
+    baseline = _baseline(plan, results)
     lines = [
-        f"Throughput at batch {size}, against the faster vLLM backend ({baseline}):",
+        f"Throughput at batch {size}{condition}, against the faster vLLM backend ({baseline}):",
         "",
         f"| backend | output tokens | best batch (s) | tokens/s | vs {baseline} "
         f"| token ids vs {baseline} |",
@@ -457,7 +533,7 @@ def _throughput_table(
         if name == NONE:
             ratio, same = "-", "unconstrained: other outputs"
         else:
-            ratio = f"{_rate(runs) / _rate(results[(baseline, size)]):.2f}x"
+            ratio = f"{_speedup(plan, results, name):.2f}x"
             same = _same_tokens(name, baseline, size, results, agreements)
         lines.append(
             f"| {name} | {runs.tokens()} | {runs.best():.2f} | {_rate(runs):.1f} | {ratio} "
@@ -522,16 +598,30 @@ def _token_table(plan: Plan, agreements: dict[tuple[str, str, int], Agreement]) 
     return lines
 
 
-def _goal_lines(plan: Plan, results: Results) -> list[str]:
-    lines = [f"Goal, per-step time within {STEP_GOAL:.2f}x of the twin:", ""]
+def _goal_lines(plan: Plan, measured: Measured) -> list[str]:
+    lines = []
+    if GRAMMAR_GUARD in plan.configurations:
+        lines += [
+            "Goal, default grammar-guard's throughput against the faster vLLM backend:",
+            "",
+            _throughput_goal("quiet", _speedup(plan, measured.quiet, GRAMMAR_GUARD), QUIET_GOAL),
+            _throughput_goal("busy", _speedup(plan, measured.busy, GRAMMAR_GUARD), BUSY_GOAL),
+            "",
+        ]
+    lines += [f"Goal, per-step time within {STEP_GOAL:.2f}x of the twin:", ""]
     for name in _constrained(plan):
-        ratios = {size: results[(name, size)].step_ratio() for size in plan.batches}
+        ratios = {size: measured.quiet[(name, size)].step_ratio() for size in plan.batches}
         missed = [
             f"batch {size} ({ratio:.2f}x)" for size, ratio in ratios.items() if ratio > STEP_GOAL
         ]
         verdict = f"not met at {', '.join(missed)}" if missed else "met at every batch size"
         lines.append(f"- {name}: {verdict}")
     return lines
+
+
+def _throughput_goal(condition: str, speedup: float, goal: float) -> str:
+    verdict = "met" if speedup >= goal else "not met"
+    return f"- {condition}: {speedup:.2f}x, goal at least {goal:.1f}x: {verdict}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -554,11 +644,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     workers = start_workers(plan)
     print(f"engines ready in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     try:
-        results = measure(workers, plan)
+        measured = measure(workers, plan)
     finally:
         for worker in workers:
             worker.close()
-    done = report(plan, results)
+    done = report(plan, measured)
     print(done.text)
     print(f"{time.perf_counter() - started:.0f} s in all", file=sys.stderr)
     if args.markdown:
