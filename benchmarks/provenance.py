@@ -35,7 +35,10 @@ def commit(repo: Path = REPO) -> str:
     if head is None:
         return "no git commit"
     # Untracked files count: a new, uncommitted module runs as much as an edited one.
-    return f"{head} + uncommitted changes" if _git(repo, "status", "--porcelain") else head
+    # docs/ does not: it holds what a run writes (the generated sections, the
+    # plots), and prose runs nothing.
+    changed = _git(repo, "status", "--porcelain", "--", ".", ":(exclude)docs")
+    return f"{head} + uncommitted changes" if changed else head
 
 
 def _git(repo: Path, *arguments: str) -> str | None:
