@@ -326,10 +326,11 @@ def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
         for size in plan.batches:
             print(f"turn {turn + 1}/{plan.runs}, batch {size}", file=sys.stderr, flush=True)
             for worker in workers if turn % 2 == 0 else workers[::-1]:
+                if worker.name == NONE and size != plan.throughput_batch:
+                    continue  # unconstrained requests are timed for throughput only
                 runs = results.setdefault((worker.name, size), Runs())
                 if worker.name == NONE:
-                    if size == plan.throughput_batch:
-                        _record(runs, worker.run("batch", size))
+                    _record(runs, worker.run("batch", size))
                     continue
                 # The twin repeats the lengths of the engine's last constrained batch; in
                 # odd turns it goes first, so neither always follows the other.

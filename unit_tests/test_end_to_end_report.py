@@ -1,0 +1,99 @@
+"""bench_end_to_end's measuring and reporting, on engines made up for the full plan.
+
+The full run takes twenty minutes before it reports; a report that cannot
+be written from its measurements loses all of them. Here the workers are
+stand-ins that answer at once, so every turn of the full plan, quiet and
+busy, goes through the real bookkeeping and report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import bench_end_to_end as e2e
+
+STEPS = 30
+# Seconds per batch: vLLM xgrammar is the faster vLLM backend; default
+# grammar-guard takes half its time quiet, and 1/1.05 of it busy.
+QUIET_S = {
+    e2e.NONE: 1.0,
+    e2e.XGRAMMAR: 1.2,
+    e2e.GUIDANCE: 1.5,
+    e2e.GRAMMAR_GUARD: 0.6,
+    e2e.GRAMMAR_GUARD_XGRAMMAR: 1.0,
+}
+BUSY_S = {**QUIET_S, e2e.XGRAMMAR: 2.1, e2e.GUIDANCE: 3.0, e2e.GRAMMAR_GUARD: 2.0}
+TWIN_S = 1.0
+
+
+class FakeWorker:
+    def __init__(self, name: str, busy: dict[str, bool], tokens: int = 7) -> None:
+        self.name = name
+        self._busy = busy
+        self.tokens = tokens
+
+    def run(self, kind: str, size: int) -> dict[str, Any]:
+        if kind == "twin":
+            seconds = TWIN_S
+        else:
+            seconds = (BUSY_S if self._busy["now"] else QUIET_S)[self.name]
+        return {"seconds": seconds, "token_ids": [[self.tokens] * STEPS] * size}
+
+
+@pytest.fixture
+def busy(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    state = {"now": False}
+
+    @contextlib.contextmanager
+    def spinning(count: int) -> Iterator[None]:
+        assert count >= 1
+        state["now"] = True
+        yield
+        state["now"] = False
+
+    monkeypatch.setattr(e2e, "spinning", spinning)
+    return state
+
+
+def _report(workers: list[FakeWorker]) -> e2e.Report:
+    return e2e.report(e2e.FULL, e2e.measure(workers, e2e.FULL))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def report(busy: dict[str, bool]) -> e2e.Report:
+    return _report([FakeWorker(name, busy) for name in e2e.FULL.configurations])
+
+
+def test_the_full_plan_reports_without_a_failure(report: e2e.Report) -> None:
+    assert report.failures == []
+    assert "Outputs changed" not in report.text
+
+
+def test_the_ceiling_is_the_faster_vllm_backend_against_its_twin(report: e2e.Report) -> None:
+    assert "Ceiling: xgrammar's own outputs" in report.text
+    assert "run at 1.20x its constrained rate" in report.text
+
+
+def test_each_throughput_goal_gets_its_verdict(report: e2e.Report) -> None:
+    assert "- quiet: 2.00x, goal at least 1.5x: met" in report.text
+    assert "- busy: 1.05x, goal at least 1.1x: not met" in report.text
+
+
+def test_a_busy_output_unlike_the_quiet_one_is_reported(busy: dict[str, bool]) -> None:
+    class ChangesWhenBusy(FakeWorker):
+        def run(self, kind: str, size: int) -> dict[str, Any]:
+            self.tokens = 8 if self._busy["now"] else 7
+            return super().run(kind, size)
+
+    names = e2e.FULL.configurations
+    workers = [(ChangesWhenBusy if n == e2e.GUIDANCE else FakeWorker)(n, busy) for n in names]
+    changed = "Outputs changed from one run to the next: guidance at batch"
+    assert f"{changed} {e2e.FULL.throughput_batch} (busy)" in _report(workers).text
