@@ -191,6 +191,25 @@ def test_no_upgrade_starts_before_a_request_has_shown_the_key_s_path(
     assert _upgrades(service) == {"done": 1}
 
 
+def test_a_first_request_cut_short_leaves_the_recording_to_a_later_one(
+    routed: RoutedEngine, services: list[CompileService]
+) -> None:
+    service = _service(routed)
+    services.append(service)
+    spec = _json(LONG_STRING)
+    short = service.new_matcher(
+        spec, _served(service, spec), stop_token_ids=None, max_rollback_tokens=0
+    )
+    assert short.accept_token(VOCAB.index("{"))  # max_tokens=1: it ends here, path unready
+    _decode(service, spec)  # the reuse, decoded whole: its path is the one replayed
+    assert service.drain(HANG_GUARD_S)
+    assert _upgrades(service) == {}
+    assert _served(service, spec).engine is EngineName.LLGUIDANCE
+    assert service.drain(HANG_GUARD_S)
+    assert _upgrades(service) == {"done": 1}
+    assert _served(service, spec).engine is EngineName.XGRAMMAR
+
+
 def test_upgrade_after_sets_the_request_that_starts_it_and_zero_never_does(
     routed: RoutedEngine, services: list[CompileService]
 ) -> None:

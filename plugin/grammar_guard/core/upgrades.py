@@ -7,8 +7,11 @@ xgrammar's cost grows with the bound: which engine masks a given key faster
 is measured, not predicted (``mask_trial``). So for a key whose plan names
 an upgrade:
 
-- the first request of the key records the tokens it accepts;
-- its ``upgrade_after``-th request (with that path recorded) starts a compile
+- the first request of the key records the tokens it accepts, and so does
+  each later one until one of them has shown enough of a path (a first
+  request cut short by ``max_tokens`` or a cancel must not keep the key from
+  its upgrade for good);
+- its ``upgrade_after``-th request (with a path recorded) starts a compile
   of the key on the upgrade's engine, on a thread of its own at the compile
   priority (in a worker process where compiles are isolated);
 - both grammars are then replayed along the recorded path, best of
@@ -59,17 +62,23 @@ TRIAL_REPEATS = 3
 
 # Seconds to fill masks along a path with a compiled grammar; None: refused.
 MaskCost = Callable[[CompiledGrammar, Sequence[int]], float | None]
+# Requests of one key recording at once, until a path is ready: a batch of a
+# new key's requests arrives together, and any of them may end short.
+MAX_RECORDINGS = 4
 
 
 class _Key:
     """What is known of one upgradable key."""
 
-    __slots__ = ("path", "requests", "started")
+    __slots__ = ("paths", "requests", "started")
 
     def __init__(self) -> None:
         self.requests = 0
-        self.path: RecordedPath | None = None  # set by its first matcher
+        self.paths: list[RecordedPath] = []  # the newest MAX_RECORDINGS, oldest first
         self.started = False  # its upgrade ran or runs: never again
+
+    def ready_path(self) -> RecordedPath | None:
+        return next((path for path in self.paths if path.ready), None)
 
 
 class Upgrades:
@@ -139,10 +148,11 @@ class Upgrades:
             return matcher
         with self._lock:
             key = self._key(spec)
-            if key.path is not None or key.started:
+            if key.started or key.ready_path() is not None:
                 return matcher
-            key.path = RecordedPath()
-            return PathRecorder(matcher, key.path)
+            path = RecordedPath()
+            key.paths = [*key.paths[1 - MAX_RECORDINGS :], path]
+            return PathRecorder(matcher, path)
 
     def note(self, spec: GrammarSpec, admission: Admission[CompiledGrammar]) -> None:
         """Count one request of ``spec``; start its upgrade if this is the request that does.
@@ -150,7 +160,7 @@ class Upgrades:
         Runs on the admitting thread: a dictionary update for most requests.
         An upgrade starts only from a cache hit whose grammar is not on the
         upgrade's engine already (one loaded from the persistent cache may
-        be), once the key's first request has recorded enough of its path.
+        be), once one of the key's requests has recorded enough of its path.
         """
         part = self._part(spec)
         if part is None:
@@ -158,18 +168,19 @@ class Upgrades:
         with self._lock:
             key = self._key(spec)
             key.requests += 1
+            recorded = key.ready_path()
             if (
                 key.started
                 or key.requests < self._after
                 or not admission.hit
-                or key.path is None
-                or not key.path.ready
+                or recorded is None
                 or not self._needed(admission, part)
             ):
                 return
             key.started = True
+            key.paths = []  # the recorders still running write to nothing kept
             current = admission.future.result()
-            path = list(key.path.tokens)
+            path = list(recorded.tokens)
             # Shut down: the engine is closing and the upgrade is not needed.
             with contextlib.suppress(RuntimeError):
                 self._executor.submit(self._run, spec, part, current, path)
