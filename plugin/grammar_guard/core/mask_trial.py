@@ -2,8 +2,8 @@
 
 No rule read off a schema says this: inside long bounded strings xgrammar's
 masks cost 3 to 14 times llguidance's on some collection schemas and half
-on others (docs/routing.md). So the first request of a key that could move
-engines records the tokens it accepts (:class:`PathRecorder`, a matcher
+on others (docs/routing.md). So the first requests of a key that could move
+engines record the tokens they accept (:class:`PathRecorder`, a matcher
 wrapper), and before the key moves, both grammars are replayed along that
 path, a mask fill before each token as in decoding (:func:`fill_seconds`).
 """
