@@ -22,7 +22,8 @@ It reports:
   outputs are not the same work), and the ceiling: that backend's own outputs
   decoded with no grammar at all (its twin, below);
 * the same with every core busy: one spinning process per core runs while
-  the engines take their turns again at the largest batch;
+  the engines take their turns again at the largest batch, vLLM's two
+  backends with their twins, for the ceiling under load;
 * per-step time at every batch size: each constrained batch against an
   unconstrained twin in the same engine, with the same prompts and the same
   output length per request (``min_tokens = max_tokens`` = the constrained
@@ -332,15 +333,19 @@ def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
                 if worker.name == NONE:
                     _record(runs, worker.run("batch", size))
                     continue
-                # The twin repeats the lengths of the engine's last constrained batch; in
-                # odd turns it goes first, so neither always follows the other.
-                if turn % 2 == 0:
-                    _record(runs, worker.run("batch", size))
-                    _record_twin(runs, worker.run("twin", size))
-                else:
-                    _record_twin(runs, worker.run("twin", size))
-                    _record(runs, worker.run("batch", size))
+                _record_with_twin(runs, worker, size, turn)
     return results
+
+
+def _record_with_twin(runs: Runs, worker: Worker, size: int, turn: int) -> None:
+    # The twin repeats the lengths of the engine's last constrained batch; in
+    # odd turns it goes first, so neither always follows the other.
+    if turn % 2 == 0:
+        _record(runs, worker.run("batch", size))
+        _record_twin(runs, worker.run("twin", size))
+    else:
+        _record_twin(runs, worker.run("twin", size))
+        _record(runs, worker.run("batch", size))
 
 
 def _measure_busy(workers: list[Worker], plan: Plan) -> Results:
@@ -350,7 +355,12 @@ def _measure_busy(workers: list[Worker], plan: Plan) -> Results:
         for turn in range(plan.runs):
             print(f"busy turn {turn + 1}/{plan.runs}, batch {size}", file=sys.stderr, flush=True)
             for worker in workers if turn % 2 == 0 else workers[::-1]:
-                _record(results.setdefault((worker.name, size), Runs()), worker.run("batch", size))
+                runs = results.setdefault((worker.name, size), Runs())
+                # vLLM's backends also decode their twins: the busy ceiling is theirs.
+                if worker.name in (XGRAMMAR, GUIDANCE):
+                    _record_with_twin(runs, worker, size, turn)
+                else:
+                    _record(runs, worker.run("batch", size))
     return results
 
 
@@ -460,11 +470,13 @@ def report(plan: Plan, measured: Measured) -> Report:
         "",
         *_throughput_table(plan, results, agreements, ""),
         "",
-        _ceiling_line(plan, results),
+        _ceiling_line(plan, results, ""),
         "",
         *_throughput_table(
             plan, measured.busy, agreements, f" with every core busy ({_spinners()})"
         ),
+        "",
+        _ceiling_line(plan, measured.busy, " with every core busy"),
         "",
         f"Per-step time, each constrained batch against its unconstrained twin (same prompts "
         f"and seeds, the same output length per request, ignore_eos); goal: at most "
@@ -504,11 +516,11 @@ def _speedup(plan: Plan, results: Results, name: str) -> float:
     return _rate(results[(name, size)]) / _rate(results[(_baseline(plan, results), size)])
 
 
-def _ceiling_line(plan: Plan, results: Results) -> str:
+def _ceiling_line(plan: Plan, results: Results, where: str) -> str:
     baseline = _baseline(plan, results)
     ceiling = results[(baseline, plan.throughput_batch)].step_ratio()
     return (
-        f"Ceiling: {baseline}'s own outputs decoded with no grammar at all (its twin, below) "
+        f"Ceiling{where}: {baseline}'s own outputs decoded with no grammar at all (its twin) "
         f"run at {ceiling:.2f}x its constrained rate; no backend producing those tokens can "
         "go faster than that."
     )

@@ -82,6 +82,11 @@ def test_the_ceiling_is_the_faster_vllm_backend_against_its_twin(report: e2e.Rep
     assert "run at 1.20x its constrained rate" in report.text
 
 
+def test_the_busy_ceiling_is_measured_under_load_too(report: e2e.Report) -> None:
+    assert "Ceiling with every core busy: xgrammar's own outputs" in report.text
+    assert "run at 2.10x its constrained rate" in report.text
+
+
 def test_each_throughput_goal_gets_its_verdict(report: e2e.Report) -> None:
     assert "- quiet: 2.00x, goal at least 1.5x: met" in report.text
     assert "- busy: 1.05x, goal at least 1.1x: not met" in report.text
