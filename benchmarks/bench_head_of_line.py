@@ -49,6 +49,7 @@ from head_of_line_report import (
     Results,
     Sample,
     breakdown_table,
+    goal_line,
     headline_table,
     plot,
     summaries,
@@ -315,7 +316,9 @@ def _markdown(workload: Workload, report: dict[str, Any]) -> str:
         f"{backend} {row['slow']['ttft_p50_s']:.3g} s" for backend, row in report["summary"].items()
     )
     headline = headline_table(report["summary"])
-    return f"{_caption(workload, report)}.\n\n{headline}\n\nSlow requests' TTFT p50: {slow}.\n"
+    text = f"{_caption(workload, report)}.\n\n{headline}\n\nSlow requests' TTFT p50: {slow}.\n"
+    goal = goal_line(report["summary"], workload.rate_per_s)
+    return text if goal is None else f"{text}\n{goal}\n"
 
 
 def main() -> None:
@@ -335,6 +338,8 @@ def main() -> None:
     print(headline_table(report["summary"]))
     print()
     print(breakdown_table(report["summary"]))
+    if goal := goal_line(report["summary"], workload.rate_per_s):
+        print(f"\n{goal}")
     if args.markdown:
         args.markdown.write_text(_markdown(workload, report))
     shown = args.plot if plotted else "none (matplotlib is not installed)"
