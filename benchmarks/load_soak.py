@@ -206,16 +206,23 @@ async def _send(
     client: httpx.AsyncClient, model: str, planned: Planned, tally: Tally, run_started: float
 ) -> None:
     started = time.monotonic()
+    steps: list[str] = []  # httpcore's trace of this request: where a lost one broke
+
+    async def trace(event: str, _info: dict[str, Any]) -> None:
+        steps.append(event)
+
     try:
         response = await client.post(
             planned.case.endpoint,
             content=planned.case.body(model),
             headers={"Content-Type": "application/json"},
+            extensions={"trace": trace},
         )
     except httpx.HTTPError as exc:
         detail = (
             f"{planned.case.name}, sent {started - run_started:.1f} s into the run, "
-            f"after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"
+            f"after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc} "
+            f"({_where_it_broke(steps)})"
         )
         tally.record(planned.kind, "lost", time.monotonic() - started, detail[:300])
         return
@@ -227,6 +234,19 @@ async def _send(
         tally.record(planned.kind, "wrong", latency, f"{planned.case.name}: {exc}"[:300])
         return
     tally.record(planned.kind, "ok", latency)
+
+
+def _where_it_broke(steps: list[str]) -> str:
+    """Whether the request had a connection of its own, and the step that failed.
+
+    A reused connection that fails before any response byte is the client's
+    keep-alive race with the server closing it; a new one is the server's doing.
+    """
+    connection = (
+        "new" if any(step.startswith("connection.connect_tcp") for step in steps) else ("reused")
+    )
+    failed = next((step for step in steps if step.endswith(".failed")), "no failed step traced")
+    return f"{connection} connection, {failed}"
 
 
 async def _sample(
