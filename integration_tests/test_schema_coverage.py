@@ -79,6 +79,9 @@ JSONSCHEMABENCH_FILES = (
     "BFCL_sql_13.json",
     "Github_easy---o10008.json",
     "Github_easy---o10012.json",
+    # Upgradable: routed to llguidance for xgrammar's compile time alone, so
+    # its first request records its path through a wrapper around the matcher.
+    "Github_easy---o9811.json",
     "Github_trivial---o10021.json",
     "Github_trivial---o10026.json",
     "Glaiveai2K---analyze_health_data_4ad104b4.json",
@@ -184,6 +187,19 @@ def test_routing_compiles_every_schema_either_engine_compiles(coverage: Coverage
 def _forced_paths_that_compiled(result: SchemaResult) -> list[str]:
     forced = (PLUGIN_XGRAMMAR_PATH, PLUGIN_LLGUIDANCE_PATH)
     return [path for path in forced if result.paths[path].compiled]
+
+
+def test_every_schema_a_plugin_path_compiles_names_its_engine(coverage: Coverage) -> None:
+    # The report's "served by" column: an upgradable key once counted under no engine.
+    unnamed = [
+        f"{result.ref.name} on {path}"
+        for result in coverage.results
+        for path in PLUGIN_PATHS
+        if result.paths[path].outcome == "compiled" and result.paths[path].engine is None
+    ]
+    assert unnamed == []
+    (upgradable,) = [r for r in coverage.results if r.ref.file == "Github_easy---o9811.json"]
+    assert upgradable.paths[PLUGIN_PATH].engine == "llguidance"
 
 
 def test_a_schema_the_plugin_compiles_accepts_its_valid_instances(coverage: Coverage) -> None:

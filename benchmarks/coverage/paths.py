@@ -195,6 +195,7 @@ def _environment(name: str, value: str) -> Iterator[None]:
 def served_by(grammar: StructuredOutputGrammar) -> str | None:
     """The engine whose matcher the plugin's grammar wraps; None if it wraps none."""
     from grammar_guard.core.llguidance_engine import LLGuidanceMatcher
+    from grammar_guard.core.mask_trial import PathRecorder
     from grammar_guard.core.routing import EngineName
     from grammar_guard.core.xgrammar_engine import XGrammarMatcher
     from grammar_guard.vllm_adapter.backend import GuardedGrammar
@@ -204,6 +205,8 @@ def served_by(grammar: StructuredOutputGrammar) -> str | None:
     # batch_matcher() is GuardedGrammar's public way to its matcher (for batch
     # fills); it is None only once the grammar faulted, never fresh from a compile.
     matcher = grammar.batch_matcher()
+    if isinstance(matcher, PathRecorder):  # an upgradable key's request recording its path
+        matcher = matcher.inner
     if isinstance(matcher, XGrammarMatcher):
         return EngineName.XGRAMMAR.value
     if isinstance(matcher, LLGuidanceMatcher):
