@@ -242,9 +242,8 @@ def _where_it_broke(steps: list[str]) -> str:
     A reused connection that fails before any response byte is the client's
     keep-alive race with the server closing it; a new one is the server's doing.
     """
-    connection = (
-        "new" if any(step.startswith("connection.connect_tcp") for step in steps) else ("reused")
-    )
+    opened = any(step.startswith("connection.connect_tcp") for step in steps)
+    connection = "new" if opened else "reused"
     failed = next((step for step in steps if step.endswith(".failed")), "no failed step traced")
     return f"{connection} connection, {failed}"
 
