@@ -261,17 +261,27 @@ def test_a_failed_upgrade_leaves_the_key_where_it_was_and_is_not_retried(
 def test_an_upgrade_lost_to_its_compile_worker_is_tried_again_by_a_later_request(
     routed: RoutedEngine, services: list[CompileService]
 ) -> None:
+    # The loss is reported only once the request that started the upgrade has
+    # decoded, so no request records a new path while the upgrade is out.
+    decoded = threading.Event()
     lost: list[str] = []
 
     def lose_the_first() -> None:
         if not lost:
             lost.append("xgrammar")
+            assert decoded.wait(HANG_GUARD_S), "the test never reported the decode"
             raise RuntimeError("the grammar compile process could not start: not ready")
 
     service = _service(routed, compiler=_PartCompiles(routed, lose_the_first))
     services.append(service)
     spec = _json(LONG_STRING)
-    assert _engines_served(service, spec, 4) == [EngineName.LLGUIDANCE] * 3 + [EngineName.XGRAMMAR]
+    first = [_decode(service, spec).engine for _ in range(2)]  # the second starts it
+    decoded.set()
+    assert service.drain(HANG_GUARD_S)
+    assert _upgrades(service) == {"failed": 1}
+    assert first + _engines_served(service, spec, 2) == [EngineName.LLGUIDANCE] * 3 + [
+        EngineName.XGRAMMAR
+    ]
     assert _upgrades(service) == {"failed": 1, "done": 1}
 
 

@@ -39,6 +39,13 @@ class RecordedPath:
     def ready(self) -> bool:
         return len(self.tokens) >= MIN_PATH_TOKENS or (self.finished and bool(self.tokens))
 
+    def snapshot(self) -> RecordedPath:
+        """A copy no recorder writes to: its request may still be decoding."""
+        copy = RecordedPath()
+        copy.tokens = list(self.tokens)
+        copy.finished = self.finished
+        return copy
+
 
 class PathRecorder:
     """A matcher that writes the tokens it accepts into a :class:`RecordedPath`."""

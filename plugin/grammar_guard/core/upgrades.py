@@ -180,7 +180,7 @@ class Upgrades:
             key.started = True
             key.paths = []  # the recorders still running write to nothing kept
             current = admission.future.result()
-            path = list(recorded.tokens)
+            path = recorded.snapshot()
             # Shut down: the engine is closing and the upgrade is not needed.
             with contextlib.suppress(RuntimeError):
                 self._executor.submit(self._run, spec, part, current, path)
@@ -192,7 +192,9 @@ class Upgrades:
             return False  # the key failed: there is nothing to upgrade
         return future.result().engine_name != part
 
-    def _run(self, spec: GrammarSpec, part: str, current: CompiledGrammar, path: list[int]) -> None:
+    def _run(
+        self, spec: GrammarSpec, part: str, current: CompiledGrammar, path: RecordedPath
+    ) -> None:
         try:
             result = self._compile_part(spec, part)
         except Exception as exc:
@@ -205,10 +207,10 @@ class Upgrades:
             self._count(UpgradeOutcome.FAILED)
             if not isinstance(exc, InvalidGrammarError):
                 # Not the grammar's fault (its worker could not start, say): a
-                # later request of the key may try again.
-                self._allow_retry(spec)
+                # later request of the key may try again, on the same path.
+                self._allow_retry(spec, path)
             return
-        trial = self._trial(current, result.compiled, path)
+        trial = self._trial(current, result.compiled, path.tokens)
         if isinstance(trial, str):
             logger.warning(
                 "grammar-guard: %s stays where it is: its %s grammar refused the path "
@@ -218,7 +220,7 @@ class Upgrades:
             )
             self._count(UpgradeOutcome.FAILED)
             return
-        before, after = (1e6 * seconds / len(path) for seconds in trial)
+        before, after = (1e6 * seconds / len(path.tokens) for seconds in trial)
         if after > MIN_GAIN * before:
             outcome = UpgradeOutcome.SLOWER
         elif self._install(spec, result):
@@ -235,11 +237,14 @@ class Upgrades:
         )
         self._count(outcome)
 
-    def _allow_retry(self, spec: GrammarSpec) -> None:
+    def _allow_retry(self, spec: GrammarSpec, path: RecordedPath) -> None:
+        # The path stays ready: the key's next cache hit retries, whatever the
+        # requests recording (or not) while this upgrade ran.
         with self._lock:
             key = self._keys.get(spec)
             if key is not None:
                 key.started = False
+                key.paths = [path]
 
     def _trial(
         self, current: CompiledGrammar, upgraded: CompiledGrammar, path: list[int]
