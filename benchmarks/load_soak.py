@@ -78,11 +78,6 @@ MAX_BAD_BODY_BYTES = 64 << 10
 # 0.3 and 0.4 MiB over two further passes of 6000 requests.
 FLAT_MIB = 16.0
 LEAK_TO_FLAT = 2.0
-# Long enough for uvicorn never to close an idle connection under a request
-# while the client still counts it as fresh: the client drops idle ones after
-# 2 s, but a client loop stalled by the load reads a reply late, and that
-# late read, not the server's, starts the client's count.
-SERVER_KEEP_ALIVE_S = 60
 
 
 @dataclass(frozen=True)
@@ -106,10 +101,7 @@ class SoakConfig:
     seed: int = 0
 
     def server_env(self) -> dict[str, str]:
-        return {
-            "GRAMMAR_GUARD_CACHE_MB": str(self.cache_mb),
-            "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(SERVER_KEEP_ALIVE_S),
-        }
+        return {"GRAMMAR_GUARD_CACHE_MB": str(self.cache_mb)}
 
 
 def distinct_schema(serial: int) -> dict[str, Any]:
@@ -222,7 +214,7 @@ async def _send(
         detail = (
             f"{planned.case.name}, sent {started - run_started:.1f} s into the run, "
             f"after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc} "
-            f"({_where_it_broke(steps)})"
+            f"({_failed_step(steps)})"
         )
         tally.record(planned.kind, "lost", time.monotonic() - started, detail[:300])
         return
@@ -236,16 +228,9 @@ async def _send(
     tally.record(planned.kind, "ok", latency)
 
 
-def _where_it_broke(steps: list[str]) -> str:
-    """Whether the request had a connection of its own, and the step that failed.
-
-    A reused connection that fails before any response byte is the client's
-    keep-alive race with the server closing it; a new one is the server's doing.
-    """
-    opened = any(step.startswith("connection.connect_tcp") for step in steps)
-    connection = "new" if opened else "reused"
-    failed = next((step for step in steps if step.endswith(".failed")), "no failed step traced")
-    return f"{connection} connection, {failed}"
+def _failed_step(steps: list[str]) -> str:
+    """The step of the exchange that failed, from httpcore's trace of it."""
+    return next((step for step in steps if step.endswith(".failed")), "no failed step traced")
 
 
 async def _sample(
@@ -298,14 +283,20 @@ async def _send_until_stopped(
 
 async def _drive(
     server: ApiServer, engine: psutil.Process, config: SoakConfig
-) -> tuple[Tally, list[Sample], str, float]:
+) -> tuple[Tally, list[Sample], str, float, MemoryTrend]:
+    """What the run did, its samples, why it stopped, how long it took, and its memory verdict.
+
+    A run stopped by a flat window is judged on that window: the samples
+    taken while the requests in flight finish are kept, not judged.
+    """
     tally = Tally()
     samples: list[Sample] = []
     flat = asyncio.Event()
     started = time.monotonic()
-    # Idle connections are dropped well before the server's keep-alive timeout
-    # would close them under a request: that race would look like a lost request.
-    limits = httpx.Limits(max_connections=config.concurrency, keepalive_expiry=2.0)
+    # A connection for each request: httpcore's pool can close a kept-alive
+    # connection it has just handed to a request whose task the load delays
+    # (encode/httpcore#1110), and that request would look lost by the server.
+    limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=0)
     timeout = httpx.Timeout(config.request_timeout_s)
 
     async with httpx.AsyncClient(
@@ -314,14 +305,18 @@ async def _drive(
         sending = asyncio.create_task(
             _send_until_stopped(client, server, config, tally, flat, started)
         )
+        stopping: MemoryTrend | None = None
         while not sending.done():
             samples.append(await _sample(server, engine, started, tally))
-            if memory_trend(samples, config.requests).flat:
+            trend = memory_trend(samples, config.requests)
+            if trend.flat and stopping is None:
+                stopping = trend
                 flat.set()
             await asyncio.wait([sending], timeout=config.sample_interval_s)
         stopped_by = await sending
     samples.append(await _sample(server, engine, started, tally))
-    return tally, samples, stopped_by, time.monotonic() - started
+    seconds = time.monotonic() - started
+    return tally, samples, stopped_by, seconds, stopping or memory_trend(samples, config.requests)
 
 
 @dataclass(frozen=True)
@@ -447,7 +442,7 @@ def _engine_pid_after(server: ApiServer) -> int | None:
 def run_soak(server: ApiServer, config: SoakConfig) -> SoakResult:
     """Drive ``server`` (started with ``config.server_env()``) and measure it."""
     engine = engine_core_process(server)
-    tally, samples, stopped_by, seconds = asyncio.run(_drive(server, engine, config))
+    tally, samples, stopped_by, seconds, memory = asyncio.run(_drive(server, engine, config))
     latencies = sorted(tally.latencies_s) or [0.0]
     return SoakResult(
         config=config,
@@ -460,7 +455,7 @@ def run_soak(server: ApiServer, config: SoakConfig) -> SoakResult:
         engine_pid_before=engine.pid,
         engine_pid_after=_engine_pid_after(server),
         healthy_after=_healthy(server),
-        memory=memory_trend(samples, config.requests),
+        memory=memory,
         samples=samples,
     )
 
