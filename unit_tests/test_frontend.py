@@ -97,8 +97,35 @@ def stuck_parser(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_a_parse_that_does_not_finish_is_refused_not_waited_for(stuck_parser: None) -> None:
+    # A regex no other test sends: an accepted one would be remembered.
     with pytest.raises(VLLMValidationError, match="could not be parsed within"):
-        _validate(GUARD, regex="a+")
+        _validate(GUARD, regex="stuck+")
+
+
+def _must_not_parse(spec: Any, **_: Any) -> None:
+    raise AssertionError("parsed again")
+
+
+def test_a_repeated_valid_request_is_accepted_without_a_second_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _validate(GUARD, regex="repeated-[a-z]+")
+    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(_must_not_parse))
+    params = _validate(GUARD, regex="repeated-[a-z]+")
+    assert params.structured_outputs is not None
+    assert params.structured_outputs._backend == "grammar-guard"
+
+
+def test_an_accepted_spec_is_judged_again_under_another_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schema = _two_emails_and_a_not("judged again")
+    monkeypatch.setenv("GRAMMAR_GUARD_UNENFORCED", "warn")
+    monkeypatch.setattr(frontend, "logger", _Recorder())
+    _validate(GUARD, json=schema)
+    monkeypatch.setenv("GRAMMAR_GUARD_UNENFORCED", "refuse")
+    with pytest.raises(VLLMValidationError, match="cannot enforce"):
+        _validate(GUARD, json=schema)
 
 
 def test_a_repeated_invalid_request_is_refused_without_a_second_parse(
@@ -109,10 +136,7 @@ def test_a_repeated_invalid_request_is_refused_without_a_second_parse(
     with pytest.raises(VLLMValidationError, match="integerr") as first:
         _validate(GUARD, json=schema)
 
-    def must_not_parse(spec: Any, **_: Any) -> None:
-        raise AssertionError("parsed again")
-
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(must_not_parse))
+    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(_must_not_parse))
     with pytest.raises(VLLMValidationError) as second:
         _validate(GUARD, json=schema)
     assert str(second.value) == str(first.value)
@@ -162,10 +186,7 @@ def test_unenforced_keywords_are_refused_naming_each_and_remembered(
     assert "GRAMMAR_GUARD_UNENFORCED=warn" in reason
     assert refused.value.parameter == "structured_outputs"
 
-    def must_not_parse(spec: Any, **_: Any) -> None:
-        raise AssertionError("parsed again")
-
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(must_not_parse))
+    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(_must_not_parse))
     with pytest.raises(VLLMValidationError, match="cannot enforce"):
         _validate(GUARD, json=schema)
     errors = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]

@@ -5,8 +5,11 @@ request is turned into the same :class:`GrammarSpec` the engine will compile
 and parsed (no tokenizer, no compile), so an invalid schema, regex or grammar
 is answered with a 400 naming the reason and the engine never sees it.
 
-Invalid specs are remembered: a client repeating one is refused without a
-second parse, and ``grammar_guard_compile_errors_total`` counts it once.
+Decisions are remembered: a client repeating an invalid spec is refused
+without a second parse, and ``grammar_guard_compile_errors_total`` counts it
+once; a repeated valid spec (a tool's schema, say) is accepted without a
+parse or a hop through the parse threads, under the same unenforced-keyword
+policy and engine selection.
 
 A refusal starts with the phrase vLLM's own backends use for it
 (``error_phrases``). A JSON schema (or structural tag) asking for
@@ -29,11 +32,16 @@ from vllm.logger import init_logger
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
-from grammar_guard.core.rejections import Rejections
 from grammar_guard.core.routing import route
 from grammar_guard.core.schema_analysis import Finding, iter_labels
-from grammar_guard.core.settings import engine_selection_from_env, unenforced_policy_from_env
+from grammar_guard.core.settings import (
+    EngineSelection,
+    UnenforcedPolicy,
+    engine_selection_from_env,
+    unenforced_policy_from_env,
+)
 from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.core.spec_memo import SpecMemo
 from grammar_guard.vllm_adapter.error_phrases import refusal_message
 from grammar_guard.vllm_adapter.metrics_export import add_local_source
 from grammar_guard.vllm_adapter.request_spec import (
@@ -54,7 +62,9 @@ logger = init_logger(__name__)
 # makes the native parser blow up, which must not hold the request path.
 PARSE_DEADLINE_S = 10.0
 _parse_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grammar-guard-parse")
-_rejections = Rejections()
+_refusals = SpecMemo[InvalidGrammarError]()
+# An accepted spec's findings, with the policy and selection it was judged under.
+_accepted = SpecMemo[tuple[UnenforcedPolicy, EngineSelection, tuple[Finding, ...]]]()
 _metrics = CacheMetrics()
 add_local_source(_metrics)
 
@@ -97,13 +107,15 @@ def validate_structured_outputs(
 
 def _check_within_deadline(spec: GrammarSpec) -> tuple[Finding, ...]:
     """Parse ``spec``; the keywords accepted unenforced (warn mode), or raise why it is refused."""
-    if (known := _rejections.get(spec)) is not None:
+    if (known := _refusals.get(spec)) is not None:
         raise known
-    future = _parse_pool.submit(
-        route, spec, unenforced=unenforced_policy_from_env(), selection=engine_selection_from_env()
-    )
+    policy, selection = unenforced_policy_from_env(), engine_selection_from_env()
+    accepted = _accepted.get(spec)
+    if accepted is not None and accepted[:2] == (policy, selection):
+        return accepted[2]
+    future = _parse_pool.submit(route, spec, unenforced=policy, selection=selection)
     try:
-        return future.result(timeout=PARSE_DEADLINE_S).findings
+        findings = future.result(timeout=PARSE_DEADLINE_S).findings
     except FutureTimeout:
         # Not remembered: a deadline miss may be load, not the grammar.
         raise InvalidGrammarError(
@@ -111,9 +123,11 @@ def _check_within_deadline(spec: GrammarSpec) -> tuple[Finding, ...]:
             "simplify it (deeply nested repetition is the usual cause)"
         ) from None
     except InvalidGrammarError as exc:
-        _rejections.remember(spec, exc)
+        _refusals.remember(spec, exc)
         _metrics.count(Counter.COMPILE_ERRORS)
         raise
+    _accepted.remember(spec, (policy, selection, findings))
+    return findings
 
 
 def _report_unenforced(spec: GrammarSpec, findings: tuple[Finding, ...]) -> None:

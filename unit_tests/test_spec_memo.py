@@ -1,10 +1,10 @@
-"""Rejections: remembered invalid grammars, bounded by the characters they hold."""
+"""SpecMemo: what was decided of recent specs, bounded by the characters they hold."""
 
 from __future__ import annotations
 
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.rejections import Rejections
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.spec_memo import SpecMemo
 
 
 def _spec(pattern: str) -> GrammarSpec:
@@ -12,7 +12,7 @@ def _spec(pattern: str) -> GrammarSpec:
 
 
 def test_remembers_the_error_of_a_spec() -> None:
-    rejections = Rejections()
+    rejections = SpecMemo[InvalidGrammarError]()
     error = InvalidGrammarError("unbalanced parenthesis")
     rejections.remember(_spec("(a"), error)
     assert rejections.get(_spec("(a")) is error
@@ -20,7 +20,7 @@ def test_remembers_the_error_of_a_spec() -> None:
 
 
 def test_forgets_least_recently_used_beyond_its_character_bound() -> None:
-    rejections = Rejections(max_chars=10)
+    rejections = SpecMemo[InvalidGrammarError](max_chars=10)
     for pattern in ("(aaa", "(bbb"):
         rejections.remember(_spec(pattern), InvalidGrammarError(pattern))
     assert rejections.get(_spec("(aaa")) is not None  # now the most recently used
@@ -30,6 +30,15 @@ def test_forgets_least_recently_used_beyond_its_character_bound() -> None:
 
 
 def test_a_spec_larger_than_the_bound_is_not_kept() -> None:
-    rejections = Rejections(max_chars=3)
+    rejections = SpecMemo[InvalidGrammarError](max_chars=3)
     rejections.remember(_spec("(abcd"), InvalidGrammarError("too big to keep"))
     assert rejections.get(_spec("(abcd")) is None
+
+
+def test_a_second_value_replaces_the_first_and_its_text_is_counted_once() -> None:
+    memo = SpecMemo[str](max_chars=8)
+    memo.remember(_spec("(aaa"), "first")
+    memo.remember(_spec("(aaa"), "second")
+    memo.remember(_spec("(bbb"), "b")  # 4 + 4 characters: both fit
+    assert memo.get(_spec("(aaa")) == "second"
+    assert memo.get(_spec("(bbb")) == "b"

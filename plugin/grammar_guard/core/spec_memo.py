@@ -1,0 +1,44 @@
+"""What the API process decided of recent specs, so a repeated key is not parsed again."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+from grammar_guard.core.spec import GrammarSpec
+
+# Keys hold the grammar text (up to the 1 MiB input limit each), so the
+# bound is on characters, not entries.
+DEFAULT_MAX_CHARS = 16 << 20
+
+V = TypeVar("V")
+
+
+class SpecMemo(Generic[V]):
+    """A least-recently-used map from specs to what was decided of them."""
+
+    def __init__(self, max_chars: int = DEFAULT_MAX_CHARS) -> None:
+        self._max_chars = max_chars
+        self._lock = threading.Lock()
+        self._values: OrderedDict[GrammarSpec, V] = OrderedDict()
+        self._chars = 0
+
+    def get(self, spec: GrammarSpec) -> V | None:
+        with self._lock:
+            value = self._values.get(spec)
+            if value is not None:
+                self._values.move_to_end(spec)
+            return value
+
+    def remember(self, spec: GrammarSpec, value: V) -> None:
+        size = len(spec.text)
+        if size > self._max_chars:
+            return
+        with self._lock:
+            if self._values.pop(spec, None) is None:
+                self._chars += size
+            self._values[spec] = value
+            while self._chars > self._max_chars:
+                forgotten, _ = self._values.popitem(last=False)
+                self._chars -= len(forgotten.text)
