@@ -29,6 +29,8 @@ It reports:
   output length per request (``min_tokens = max_tokens`` = the constrained
   output's length, ``ignore_eos``), so the only difference is the grammar;
   goal: at most 1.05x;
+* where a step's time goes at the smallest batch, constrained and twin
+  (``step_breakdown.py``), from one more batch of each with clocks on;
 * token ids: which configurations produced exactly the same tokens.
   grammar-guard on xgrammar must match vLLM xgrammar, except where vLLM's
   sampled a token grammar-guard keeps out of strings on purpose (see
@@ -59,6 +61,8 @@ from pathlib import Path
 from typing import Any
 
 from grammar_guard.demo.cases import TAGS_SCHEMA
+from step_breakdown import clocks_on, parts_ms
+from step_breakdown import table as breakdown_table
 from vocabulary import kept_out_of_strings
 
 SCHEMA_A: dict[str, Any] = {
@@ -155,12 +159,25 @@ def _worker(configuration: str, batches: list[int]) -> None:
     for line in sys.stdin:
         order = json.loads(line)
         size = order["size"]
+        if order["kind"] == "breakdown":
+            print(RESULT, json.dumps(_breakdown(llm, size, lengths[size])), flush=True)
+            continue
         if order["kind"] == "twin":
             ids, seconds = _generate(llm, _twins(lengths[size]))
         else:
             ids, seconds = _generate(llm, _requests(size, constrained))
             lengths[size] = [len(tokens) for tokens in ids]
         print(RESULT, json.dumps({"seconds": seconds, "token_ids": ids}), flush=True)
+
+
+def _breakdown(llm: Any, size: int, lengths: list[int]) -> dict[str, dict[str, float]]:
+    """One constrained batch and its twin with clocks on: milliseconds per step of each part."""
+    parts = {}
+    for kind, batch in (("constrained", _requests(size, True)), ("twin", _twins(lengths))):
+        with clocks_on() as totals:
+            ids, seconds = _generate(llm, batch)
+        parts[kind] = parts_ms(totals, seconds, max(len(tokens) for tokens in ids))
+    return parts
 
 
 def _drain(llm: Any) -> None:
@@ -311,14 +328,25 @@ class Runs:
 Results = dict[tuple[str, int], Runs]
 
 
+# Per constrained configuration: "constrained" and "twin" parts_ms at the smallest batch.
+Breakdowns = dict[str, dict[str, dict[str, float]]]
+
+
 @dataclass(frozen=True)
 class Measured:
     quiet: Results
     busy: Results  # the throughput batch only, with every core also spinning
+    breakdowns: Breakdowns
 
 
 def measure(workers: list[Worker], plan: Plan) -> Measured:
-    return Measured(_measure_quiet(workers, plan), _measure_busy(workers, plan))
+    quiet = _measure_quiet(workers, plan)
+    breakdowns = {
+        worker.name: worker.run("breakdown", plan.batches[0])
+        for worker in workers
+        if worker.name != NONE
+    }
+    return Measured(quiet, _measure_busy(workers, plan), breakdowns)
 
 
 def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
@@ -484,6 +512,13 @@ def report(plan: Plan, measured: Measured) -> Report:
         "",
         *_step_table(plan, results),
         "",
+        f"Where a step's time goes at batch {plan.batches[0]}, in ms per output step, one "
+        "batch of each with clocks on (benchmarks/step_breakdown.py: apply and fill are the "
+        "mask's, scheduler includes the grammar accepting each token, outside steps is request "
+        "admission and validation):",
+        "",
+        *_breakdown_table(measured.breakdowns),
+        "",
         f"Token ids, per batch size (all {size} requests of the largest batch, and so on):",
         "",
         *_token_table(plan, agreements),
@@ -596,6 +631,16 @@ def _step_table(plan: Plan, results: Results) -> list[str]:
                 f"| {runs.step_ratio():.3f}x{flag} |"
             )
     return lines
+
+
+def _breakdown_table(breakdowns: Breakdowns) -> list[str]:
+    return breakdown_table(
+        [
+            (f"{name}, {kind}", parts[kind])
+            for name, parts in breakdowns.items()
+            for kind in ("constrained", "twin")
+        ]
+    )
 
 
 def _token_table(plan: Plan, agreements: dict[tuple[str, str, int], Agreement]) -> list[str]:
