@@ -125,6 +125,7 @@ class Plan:
     configurations: tuple[str, ...]
     batches: tuple[int, ...]  # per-step comparison; the last is the throughput batch
     runs: int
+    env: tuple[tuple[str, str], ...] = ()  # more environment for every engine
 
     @property
     def throughput_batch(self) -> int:
@@ -249,7 +250,7 @@ class Worker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, **settings},
+            env={**os.environ, **dict(plan.env), **settings},
         )
 
     def _answer(self) -> str:
@@ -494,7 +495,9 @@ def report(plan: Plan, measured: Measured) -> Report:
     lines = [
         f"Tiny model, batches of requests alternating schemas A and B (compact JSON, seed = "
         f"request index, max_tokens={MAX_TOKENS}), best of {plan.runs} batch(es) per cell, "
-        f"engines taking turns ({date.today().isoformat()}).",
+        f"engines taking turns ({date.today().isoformat()})"
+        + "".join(f", {name}={value}" for name, value in plan.env)
+        + ".",
         "",
         *_throughput_table(plan, results, agreements, ""),
         "",
@@ -696,6 +699,13 @@ def _throughput_goal(plan: Plan, condition: str, results: Results, goal: float) 
     return line + f"not met, under the ceiling ({ceiling:.2f}x): the gap is grammar-guard's"
 
 
+def _env_item(item: str) -> tuple[str, str]:
+    name, equals, value = item.partition("=")
+    if not name or not equals:
+        raise argparse.ArgumentTypeError(f"{item!r} is not NAME=VALUE")
+    return name, value
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, help=f"timed batches per cell (default {FULL.runs})")
@@ -703,6 +713,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--smoke", action="store_true", help="vLLM xgrammar and grammar-guard on xgrammar, 1 run"
     )
     parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    parser.add_argument(
+        "--env",
+        nargs="+",
+        default=[],
+        type=_env_item,
+        metavar="NAME=VALUE",
+        help="environment for every engine, e.g. OMP_WAIT_POLICY=ACTIVE (see known-limitations.md)",
+    )
     parser.add_argument("--worker", choices=list(CONFIGURATIONS), help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=int, nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -710,8 +728,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         _worker(args.worker, args.batches)
         return
     plan = SMOKE if args.smoke else FULL
-    if args.runs:
-        plan = Plan(plan.configurations, plan.batches, args.runs)
+    plan = Plan(plan.configurations, plan.batches, args.runs or plan.runs, tuple(args.env))
     started = time.perf_counter()
     workers = start_workers(plan)
     print(f"engines ready in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

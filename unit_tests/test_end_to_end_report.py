@@ -8,7 +8,9 @@ busy, goes through the real bookkeeping and report.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,3 +132,18 @@ def test_the_breakdown_has_a_constrained_and_a_twin_row_per_constrained_backend(
         for kind in ("constrained", "twin"):
             row = f"| {name}, {kind} | {STEPS} | "
             assert (row in report.text) is (name != e2e.NONE), row
+
+
+def test_the_report_names_the_environment_its_engines_ran_with(busy: dict[str, bool]) -> None:
+    plan = dataclasses.replace(e2e.FULL, env=(("OMP_WAIT_POLICY", "ACTIVE"),))
+    workers = [FakeWorker(name, busy) for name in plan.configurations]
+    text = e2e.report(plan, e2e.measure(workers, plan)).text  # type: ignore[arg-type]
+    assert "), OMP_WAIT_POLICY=ACTIVE." in text.splitlines()[0]
+
+
+def test_an_environment_item_is_name_equals_value() -> None:
+    assert e2e._env_item("OMP_WAIT_POLICY=ACTIVE") == ("OMP_WAIT_POLICY", "ACTIVE")
+    assert e2e._env_item("EMPTY=") == ("EMPTY", "")
+    for bad in ("OMP_WAIT_POLICY", "=ACTIVE"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            e2e._env_item(bad)
