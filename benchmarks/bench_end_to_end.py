@@ -719,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=[],
         type=_env_item,
         metavar="NAME=VALUE",
-        help="environment for every engine, e.g. OMP_WAIT_POLICY=ACTIVE (see known-limitations.md)",
+        help="environment for every engine, e.g. VLLM_CPU_OMP_THREADS_BIND=0",
     )
     parser.add_argument("--worker", choices=list(CONFIGURATIONS), help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=int, nargs="+", help=argparse.SUPPRESS)
