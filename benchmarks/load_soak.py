@@ -489,8 +489,12 @@ def markdown(result: SoakResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: SoakResult, path: Path) -> None:
-    import matplotlib
+def plot(result: SoakResult, path: Path) -> bool:
+    """False, and no file, without matplotlib (the ``bench`` extra, which tests do not install)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -526,6 +530,7 @@ def plot(result: SoakResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
+    return True
 
 
 def main() -> None:
@@ -565,11 +570,12 @@ def main() -> None:
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(report)
-    plot(result, args.plot)
+    plotted = plot(result, args.plot)
     print(report)
     for example in result.failure_examples:
         print("lost or wrong:", example)
-    print(f"JSON: {args.json}; plot: {args.plot}")
+    shown = args.plot if plotted else "none (matplotlib is not installed)"
+    print(f"JSON: {args.json}; plot: {shown}")
 
 
 if __name__ == "__main__":
