@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from unit_tests.conftest import COMPACT, SmallTokenizer
 
 from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.compilers import CompileResult
+from grammar_guard.core.disk_store import DiskStore
 from grammar_guard.core.errors import UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.routing import QUICK_SPEC_CHARS, EngineName, RoutedCompiled, RoutedEngine
@@ -90,14 +92,21 @@ def test_the_router_plans_which_compiles_are_quick(routed: RoutedEngine) -> None
 
 
 class _Elsewhere:
-    """A compiler standing for the worker processes: records what it was asked to compile."""
+    """A compiler standing for the worker processes: records what it was asked to compile.
+
+    And the priority of the thread that asked: in the engine's process still.
+    """
+
+    in_caller_thread = False
 
     def __init__(self, engine: RoutedEngine) -> None:
         self._engine = engine
         self.orders: list[tuple[GrammarSpec, str | None]] = []
+        self.priorities: list[int] = []
 
     def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
         self.orders.append((spec, part))
+        self.priorities.append(_priority())
         assert part is not None, "the plan's engine travels with the compile"
         return CompileResult(self._engine.compile_part(spec, part))
 
@@ -157,3 +166,28 @@ def test_quick_compiles_run_at_the_engine_s_priority_and_slow_ones_below_it(
     assert recording.priorities[_json(LONG_STRING)] == engine_priority
     lowered = min(19, engine_priority + service.settings.compile_niceness)
     assert recording.priorities[_json(LARGE_ENUM)] == lowered
+
+
+def test_with_compiles_in_workers_no_thread_of_the_engine_runs_below_its_priority(
+    routed: RoutedEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lowered thread of the engine's process that holds the GIL when the
+    # scheduler passes it over keeps the engine's loop waiting (compile_service).
+    saved_at: list[int] = []
+    save = DiskStore.save
+
+    def recording_save(store: DiskStore, *args: Any) -> None:
+        saved_at.append(_priority())
+        save(store, *args)
+
+    monkeypatch.setattr(DiskStore, "save", recording_save)
+    elsewhere = _Elsewhere(routed)
+    settings = CacheSettings(compile_workers=1, cache_dir=tmp_path)
+    service = CompileService(routed, settings, compiler=elsewhere)
+    try:
+        service.admit(_json(LARGE_ENUM)).future.result(timeout=HANG_GUARD_S)
+        assert service.drain(HANG_GUARD_S)
+    finally:
+        service.close("test over")
+    assert elsewhere.priorities == [_priority()]  # the isolated lane's thread
+    assert saved_at == [_priority()]  # the disk writer

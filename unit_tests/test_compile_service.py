@@ -39,6 +39,8 @@ class FakeClock:
 class HeldCompiler:
     """Compiles with the small engine; a held key waits for its gate, a failing key raises."""
 
+    in_caller_thread = True
+
     def __init__(self, small: SmallTokenizer, *, serialized: bool = False) -> None:
         self._engine = small.engine
         # Bound now, so a test may forbid the store's serialising without forbidding this.

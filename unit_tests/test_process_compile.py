@@ -416,11 +416,12 @@ def test_a_killed_compile_fails_its_waiting_requests_and_the_cache_goes_on(
 def test_close_kills_every_worker_and_ends_compiles_in_flight(faulty: FaultyEngine) -> None:
     before = worker_pids()
     compiler = ProcessCompiler(faulty, workers=2, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
-    started = worker_pids() - before
-    assert len(started) == 2
     known = hung_pids(faulty.reports)
     hanging = in_thread(lambda: compiler.compile(regex(HANG)))
     wait_for_hang(faulty.reports, known)
+    compiler.compile(GOOD)  # the first worker is busy: a second starts, then waits for work
+    started = worker_pids() - before
+    assert len(started) == 2
     compiler.close()
     with pytest.raises(RuntimeError, match="the grammar compiler was closed"):
         hanging.result(HANG_GUARD_S)
@@ -430,12 +431,34 @@ def test_close_kills_every_worker_and_ends_compiles_in_flight(faulty: FaultyEngi
     compiler.close()  # twice is harmless
 
 
+def test_a_second_worker_starts_only_when_compiles_overlap(faulty: FaultyEngine) -> None:
+    before = worker_pids()
+    compiler = ProcessCompiler(faulty, workers=2, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
+    try:
+        (first,) = worker_pids() - before
+        for _ in range(3):
+            assert compiler.compile(GOOD).compiled is not None
+        assert worker_pids() - before == {first}  # one compile at a time: one worker
+        known = hung_pids(faulty.reports)
+        hanging = in_thread(lambda: compiler.compile(regex(HANG)))
+        assert wait_for_hang(faulty.reports, known) == first
+        assert compiler.compile(GOOD).compiled is not None  # a second worker serves it
+        assert len(worker_pids() - before) == 2
+    finally:
+        compiler.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        hanging.result(HANG_GUARD_S)
+
+
 def orphan_parent(reports: str) -> None:
     """Run as its own process by the next test, which kills it."""
     engine = small_faulty_engine(Path(reports))
     compiler = ProcessCompiler(engine, workers=2, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
+    hanging = in_thread(lambda: compiler.compile(regex(HANG)))
+    wait_for_hang(Path(reports), set())
+    compiler.compile(GOOD)  # the first worker is busy: a second starts, then waits for work
     print(" ".join(str(pid) for pid in worker_pids()), flush=True)
-    compiler.compile(regex(HANG))  # one worker busy, the other idle, until this process dies
+    hanging.result()  # one worker busy, the other idle, until this process dies
 
 
 def test_workers_exit_when_their_parent_dies(tmp_path: Path) -> None:

@@ -129,9 +129,10 @@ class _CompilePool:
       first request is served within about its compile time even while
       every core is busy decoding, where a thread at nice +19 would get a
       seventieth of a core.
-    - The isolated lane runs every other compile at
-      ``GRAMMAR_GUARD_COMPILE_NICENESS`` (in a worker process by default),
-      so that seconds of compiling never slow the engine's decoding loop.
+    - The isolated lane runs every other compile, in a worker process at
+      ``GRAMMAR_GUARD_COMPILE_NICENESS`` by default, so that seconds of
+      compiling never slow the engine's decoding loop. With in-thread
+      isolation (``lowered``) its threads compile, and run at that niceness.
     - The upgrade lane compiles one background upgrade at a time, at the
       same priority, so upgrades never hold more than one of the isolated
       compiles' workers.
@@ -141,7 +142,11 @@ class _CompilePool:
     """
 
     def __init__(
-        self, settings: CacheSettings, follow_ups: Callable[[Callable[[], None]], None]
+        self,
+        settings: CacheSettings,
+        follow_ups: Callable[[Callable[[], None]], None],
+        *,
+        lowered: bool,
     ) -> None:
         self.tracked = _Tracked()
         self._deferred = threading.local()
@@ -158,7 +163,7 @@ class _CompilePool:
             follow_ups,
             self.tracked,
             self._deferred,
-            **_at_compile_priority(settings),
+            **_thread_priority(settings, lowered=lowered),
         )
         # Upgrades (see upgrades.py) one at a time, apart from the requests' compiles.
         self.upgrades_tracked = _Tracked()
@@ -168,7 +173,7 @@ class _CompilePool:
             follow_ups,
             self.upgrades_tracked,
             self._deferred,
-            **_at_compile_priority(settings),
+            **_thread_priority(settings, lowered=lowered),
         )
 
     def defer(self, task: Callable[[], None]) -> None:
@@ -180,13 +185,22 @@ class _CompilePool:
             lane.shutdown(wait=False, cancel_futures=True)
 
 
-def _at_compile_priority(settings: CacheSettings) -> dict[str, Any]:
-    """Thread-pool arguments that start each thread at ``GRAMMAR_GUARD_COMPILE_NICENESS``.
+def _thread_priority(settings: CacheSettings, *, lowered: bool) -> dict[str, Any]:
+    """Pool arguments that start each thread at ``GRAMMAR_GUARD_COMPILE_NICENESS`` if ``lowered``.
 
-    The isolated lane's threads compile (in-thread isolation) or load what a
-    worker process compiled, and the disk writer serialises: seconds of CPU
-    for a large grammar, which the engine's own threads must win from them.
+    Only threads that compile are lowered (in-thread isolation): seconds of
+    CPU the engine's own threads must win from them. A lowered thread of the
+    engine's process is a hazard wherever it runs Python: holding the GIL
+    when the scheduler passes it over, it keeps the engine's loop waiting
+    until it runs again (with both cores of a 2-core machine busy, a niced
+    thread running Python held the main thread off for 270 ms at a time).
+    With compiles in worker processes, these threads only hand specs over,
+    load what the workers send and write the disk cache, and the costly part
+    of that (xgrammar's loading and serialising) releases the GIL: they run
+    at the engine's priority.
     """
+    if not lowered:
+        return {}
     return {"initializer": lower_current_thread, "initargs": (settings.compile_niceness,)}
 
 
@@ -215,6 +229,7 @@ class CompileService:
         self.metrics = metrics or CacheMetrics()
         self._in_thread = InThreadCompiler(engine)
         self._compiler = compiler or self._in_thread
+        lowered = self._compiler.in_caller_thread
         self.store: DiskStore | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._writes = _Tracked()
@@ -226,9 +241,11 @@ class CompileService:
                 metrics=self.metrics,
             )
             self._writer = ThreadPoolExecutor(
-                1, thread_name_prefix="grammar-guard-disk", **_at_compile_priority(settings)
+                1,
+                thread_name_prefix="grammar-guard-disk",
+                **_thread_priority(settings, lowered=lowered),
             )
-        self._pool = _CompilePool(settings, self._start_write)
+        self._pool = _CompilePool(settings, self._start_write, lowered=lowered)
         self._plan = planner(engine)
         self._watcher = DeadlineWatcher(clock)
         self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(

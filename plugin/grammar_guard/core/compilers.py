@@ -27,6 +27,10 @@ class CompileResult:
 
 
 class Compiler(Protocol):
+    # Whether a compile's work runs in the thread that calls compile(), and so
+    # at that thread's priority (else: in another process).
+    in_caller_thread: bool
+
     def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
         """Compile ``spec`` (with ``part`` of an engine made of parts, if given).
 
@@ -48,6 +52,8 @@ def compile_with(engine: GrammarEngine, spec: GrammarSpec, part: str | None) -> 
 
 class InThreadCompiler:
     """Compiles in the caller's thread: no overhead, but a compile cannot be stopped."""
+
+    in_caller_thread = True
 
     def __init__(self, engine: GrammarEngine) -> None:
         self._engine = engine

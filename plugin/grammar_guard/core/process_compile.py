@@ -94,9 +94,16 @@ class ProcessCompiler:
 
     Thread-safe: each call to :meth:`compile` takes an idle worker for the
     length of the compile (waiting while all are busy), so as many compiles
-    run at once as there are workers. The workers start when the compiler
-    is built, because starting one takes seconds.
+    run at once as there are workers. One worker starts when the compiler is
+    built, because starting one takes seconds; the others start only when a
+    compile finds every started one busy. A start costs about five seconds
+    of CPU (xgrammar imports torch; the tokenizer is rebuilt): four workers
+    starting at once held a 2-core engine's steps at twice their length for
+    its first 20 to 40 seconds, niced or not, and most engines never run
+    more than one or two compiles at a time.
     """
+
+    in_caller_thread = False
 
     def __init__(
         self,
@@ -120,12 +127,13 @@ class ProcessCompiler:
         self._changed = threading.Condition()
         self._closed = False
         self._live: set[_Worker] = set()
-        # None is a slot whose worker could not be started; its next user retries.
-        self._idle: list[_Worker | None] = []
+        self._idle: list[_Worker] = []
+        # Slots with no worker: not needed yet, or one that could not be
+        # started. A compile that finds no idle worker starts one in a slot.
+        self._empty = workers - 1
         try:
             with self._changed:
-                for _ in range(workers):
-                    self._idle.append(self._start_worker())
+                self._idle.append(self._start_worker())
         except BaseException:
             self.close()
             raise
@@ -158,7 +166,7 @@ class ProcessCompiler:
                 return
             self._closed = True
             workers = list(self._live)
-            idle = [worker for worker in self._idle if worker is not None]
+            idle = list(self._idle)
             self._idle.clear()
             self._changed.notify_all()
         for worker in workers:
@@ -173,12 +181,16 @@ class ProcessCompiler:
     # -- the pool ------------------------------------------------------------
 
     def _take(self) -> _Worker | None:
+        """An idle worker, else None for an empty slot the caller fills; waits while neither."""
         with self._changed:
-            while not self._idle and not self._closed:
+            while not self._idle and not self._empty and not self._closed:
                 self._changed.wait()
             if self._closed:
                 raise RuntimeError("the grammar compiler is closed")
-            return self._idle.pop()
+            if self._idle:
+                return self._idle.pop()
+            self._empty -= 1
+            return None
 
     def _give_back(self, worker: _Worker) -> None:
         with self._changed:
@@ -189,14 +201,14 @@ class ProcessCompiler:
             self._changed.notify()
 
     def _fill_empty_slot(self) -> _Worker:
-        """Start a worker in place of one that could not be started before."""
+        """Start a worker in an empty slot (not needed before, or its worker could not start)."""
         with self._changed:
             if self._closed:
                 raise RuntimeError("the grammar compiler is closed")
             try:
                 return self._start_worker()
             except OSError:
-                self._idle.append(None)
+                self._empty += 1
                 self._changed.notify()
                 raise
 
@@ -207,10 +219,9 @@ class ProcessCompiler:
             if self._closed:
                 return
             try:
-                replacement: _Worker | None = self._start_worker()
+                self._idle.append(self._start_worker())
             except OSError:
-                replacement = None
-            self._idle.append(replacement)
+                self._empty += 1
             self._changed.notify()
 
     def _is_closed(self) -> bool:
