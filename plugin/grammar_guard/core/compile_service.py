@@ -188,8 +188,9 @@ class _CompilePool:
 def _thread_priority(settings: CacheSettings, *, lowered: bool) -> dict[str, Any]:
     """Pool arguments that start each thread at ``GRAMMAR_GUARD_COMPILE_NICENESS`` if ``lowered``.
 
-    Only threads that compile are lowered (in-thread isolation): seconds of
-    CPU the engine's own threads must win from them. A lowered thread of the
+    Lowered only with in-thread isolation, where the lanes' threads compile
+    and the disk writer serialises what they compiled: seconds of CPU the
+    engine's own threads must win from them. A lowered thread of the
     engine's process is a hazard wherever it runs Python: holding the GIL
     when the scheduler passes it over, it keeps the engine's loop waiting
     until it runs again (with both cores of a 2-core machine busy, a niced

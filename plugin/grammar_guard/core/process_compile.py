@@ -99,7 +99,7 @@ class ProcessCompiler:
     compile finds every started one busy. A start costs about five seconds
     of CPU (xgrammar imports torch; the tokenizer is rebuilt): four workers
     starting at once held a 2-core engine's steps at twice their length for
-    its first 20 to 40 seconds, niced or not, and most engines never run
+    its first 20 to 45 seconds, niced or not, and most engines never run
     more than one or two compiles at a time.
     """
 
