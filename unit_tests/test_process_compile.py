@@ -419,7 +419,7 @@ def test_close_kills_every_worker_and_ends_compiles_in_flight(faulty: FaultyEngi
     known = hung_pids(faulty.reports)
     hanging = in_thread(lambda: compiler.compile(regex(HANG)))
     wait_for_hang(faulty.reports, known)
-    compiler.compile(GOOD)  # the first worker is busy: a second starts, then waits for work
+    compiler.compile(GOOD)  # by the second worker, which then waits for work
     started = worker_pids() - before
     assert len(started) == 2
     compiler.close()
@@ -431,19 +431,41 @@ def test_close_kills_every_worker_and_ends_compiles_in_flight(faulty: FaultyEngi
     compiler.close()  # twice is harmless
 
 
-def test_a_second_worker_starts_only_when_compiles_overlap(faulty: FaultyEngine) -> None:
+def test_a_compile_beside_a_hanging_one_finds_a_worker_already_started(
+    faulty: FaultyEngine,
+) -> None:
     before = worker_pids()
     compiler = ProcessCompiler(faulty, workers=2, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
     try:
-        (first,) = worker_pids() - before
-        for _ in range(3):
-            assert compiler.compile(GOOD).compiled is not None
-        assert worker_pids() - before == {first}  # one compile at a time: one worker
+        assert len(worker_pids() - before) == 1  # one start at a time
         known = hung_pids(faulty.reports)
         hanging = in_thread(lambda: compiler.compile(regex(HANG)))
-        assert wait_for_hang(faulty.reports, known) == first
-        assert compiler.compile(GOOD).compiled is not None  # a second worker serves it
-        assert len(worker_pids() - before) == 2
+        wait_for_hang(faulty.reports, known)
+        # The second started as soon as the first was ready, not when this compile asked.
+        started = worker_pids() - before
+        assert len(started) == 2
+        assert compiler.compile(GOOD).compiled is not None
+        assert worker_pids() - before == started
+    finally:
+        compiler.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        hanging.result(HANG_GUARD_S)
+
+
+def test_a_third_worker_starts_only_when_a_compile_takes_the_last_idle_one(
+    faulty: FaultyEngine,
+) -> None:
+    before = worker_pids()
+    compiler = ProcessCompiler(faulty, workers=3, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
+    try:
+        for _ in range(3):
+            assert compiler.compile(GOOD).compiled is not None
+        assert len(worker_pids() - before) == 2  # one compile at a time: two are plenty
+        known = hung_pids(faulty.reports)
+        hanging = in_thread(lambda: compiler.compile(regex(HANG)))
+        wait_for_hang(faulty.reports, known)
+        assert compiler.compile(GOOD).compiled is not None  # took the last idle worker
+        assert len(worker_pids() - before) == 3
     finally:
         compiler.close()
     with pytest.raises(RuntimeError, match="closed"):
@@ -456,7 +478,7 @@ def orphan_parent(reports: str) -> None:
     compiler = ProcessCompiler(engine, workers=2, kill_after_s=HANG_GUARD_S, niceness=NICENESS)
     hanging = in_thread(lambda: compiler.compile(regex(HANG)))
     wait_for_hang(Path(reports), set())
-    compiler.compile(GOOD)  # the first worker is busy: a second starts, then waits for work
+    compiler.compile(GOOD)  # by the second worker, which then waits for work
     print(" ".join(str(pid) for pid in worker_pids()), flush=True)
     hanging.result()  # one worker busy, the other idle, until this process dies
 

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler, compile_with
@@ -80,7 +81,6 @@ class _Worker:
     def __init__(self, process: subprocess.Popen[bytes], connection: socket.socket) -> None:
         self.process = process
         self.connection = connection
-        self.ready = False
 
     def stop(self) -> None:
         """Kill the process, reap it and close the socket (idempotent)."""
@@ -90,17 +90,20 @@ class _Worker:
 
 
 class ProcessCompiler:
-    """A :class:`Compiler` whose compiles run in ``workers`` processes, each killable.
+    """A :class:`Compiler` whose compiles run in up to ``workers`` processes, each killable.
 
     Thread-safe: each call to :meth:`compile` takes an idle worker for the
-    length of the compile (waiting while all are busy), so as many compiles
-    run at once as there are workers. One worker starts when the compiler is
-    built, because starting one takes seconds; the others start only when a
-    compile finds every started one busy. A start costs about five seconds
-    of CPU (xgrammar imports torch; the tokenizer is rebuilt): four workers
+    length of the compile (waiting while none is), so as many compiles run
+    at once as there are workers. A start costs about five seconds of CPU
+    (xgrammar imports torch; the tokenizer is rebuilt), and four workers
     starting at once held a 2-core engine's steps at twice their length for
-    its first 20 to 45 seconds, niced or not, and most engines never run
-    more than one or two compiles at a time.
+    its first 20 to 45 seconds, niced or not. So workers start one at a
+    time, in the background: one when the compiler is built, a second as
+    soon as the first is ready, so that a cheap grammar never waits behind a
+    slow one, and each further one when a compile takes the last idle
+    worker, so that the next compile finds one ready. A compile that finds
+    none waits for whichever comes first: a worker given back or one
+    started.
     """
 
     in_caller_thread = False
@@ -127,26 +130,29 @@ class ProcessCompiler:
         self._changed = threading.Condition()
         self._closed = False
         self._live: set[_Worker] = set()
-        self._idle: list[_Worker] = []
-        # Slots with no worker: not needed yet, or one that could not be
-        # started. A compile that finds no idle worker starts one in a slot.
-        self._empty = workers - 1
+        self._idle: list[_Worker] = []  # ready and waiting for work
+        self._starting = 0  # started, not ready yet
+        # Slots with no worker: not needed yet, or one that could not start.
+        self._empty = workers
+        self._reserve = min(2, workers)
+        # Why the last start failed, and how many have: a compile waiting for
+        # a worker fails when a start does, instead of waiting for the next.
+        self._start_failure = ""
+        self._start_failures = 0
         try:
             with self._changed:
-                self._idle.append(self._start_worker())
+                self._start_worker()
         except BaseException:
             self.close()
             raise
 
     def compile(self, spec: GrammarSpec, part: str | None = None) -> CompileResult:
         worker = self._take()
-        if worker is None:
-            worker = self._fill_empty_slot()
         try:
             tag, payload = self._exchange(worker, spec, part)
         except _WorkerLost as lost:
             self._replace(worker)
-            raise self._lost_error(worker, lost) from None
+            raise self._lost_error(lost) from None
         except BaseException:
             # The socket may hold half a message now; only a fresh worker is safe.
             self._replace(worker)
@@ -180,17 +186,24 @@ class ProcessCompiler:
 
     # -- the pool ------------------------------------------------------------
 
-    def _take(self) -> _Worker | None:
-        """An idle worker, else None for an empty slot the caller fills; waits while neither."""
+    def _take(self) -> _Worker:
+        """An idle worker; waits while none is, starting one if a slot is empty and none starts."""
         with self._changed:
-            while not self._idle and not self._empty and not self._closed:
+            failures_before = self._start_failures
+            while True:
+                if self._closed:
+                    raise RuntimeError("the grammar compiler is closed")
+                if self._idle:
+                    worker = self._idle.pop()
+                    self._start_if_short()
+                    return worker
+                if self._start_failures != failures_before:
+                    raise RuntimeError(
+                        f"the grammar compile process could not start: {self._start_failure}"
+                    )
+                if not self._starting and self._empty:
+                    self._start_worker()  # an OSError fails this compile at once
                 self._changed.wait()
-            if self._closed:
-                raise RuntimeError("the grammar compiler is closed")
-            if self._idle:
-                return self._idle.pop()
-            self._empty -= 1
-            return None
 
     def _give_back(self, worker: _Worker) -> None:
         with self._changed:
@@ -200,36 +213,37 @@ class ProcessCompiler:
             self._idle.append(worker)
             self._changed.notify()
 
-    def _fill_empty_slot(self) -> _Worker:
-        """Start a worker in an empty slot (not needed before, or its worker could not start)."""
-        with self._changed:
-            if self._closed:
-                raise RuntimeError("the grammar compiler is closed")
-            try:
-                return self._start_worker()
-            except OSError:
-                self._empty += 1
-                self._changed.notify()
-                raise
-
     def _replace(self, worker: _Worker) -> None:
         worker.stop()
         with self._changed:
             self._live.discard(worker)
-            if self._closed:
-                return
-            try:
-                self._idle.append(self._start_worker())
-            except OSError:
-                self._empty += 1
-            self._changed.notify()
+            self._empty += 1
+            self._start_if_short()
+            # A compile waiting for a worker may now start one in the freed slot.
+            self._changed.notify_all()
+
+    def _start_if_short(self) -> None:
+        """Start a worker if the pool is short of one (lock held); one start at a time.
+
+        Short: fewer than two started, or none idle. A worker that cannot
+        start here is retried by the next compile that finds none idle.
+        """
+        if self._closed or self._starting or not self._empty:
+            return
+        if self._idle and len(self._live) >= self._reserve:
+            return
+        with suppress(OSError):
+            self._start_worker()
 
     def _is_closed(self) -> bool:
         with self._changed:
             return self._closed
 
-    def _start_worker(self) -> _Worker:
-        """Start a worker process; called with the lock held, so close() cannot miss it."""
+    def _start_worker(self) -> None:
+        """Start a worker process in an empty slot (lock held, so close() cannot miss it).
+
+        A thread waits for it to be ready and then makes it idle.
+        """
         ours, theirs = socket.socketpair()
         recipe_fd = self._recipe.fileno()
         arguments = [theirs.fileno(), recipe_fd, os.getpid(), self._niceness]
@@ -247,46 +261,69 @@ class ProcessCompiler:
             theirs.close()  # the worker's copy is the only one left: its exit closes the socket
         worker = _Worker(process, ours)
         self._live.add(worker)
-        return worker
+        self._empty -= 1
+        self._starting += 1
+        threading.Thread(
+            target=self._wait_until_ready,
+            args=(worker,),
+            name="grammar-guard-worker-start",
+            daemon=True,  # a start that hangs must not hold the interpreter's exit
+        ).start()
+
+    def _wait_until_ready(self, worker: _Worker) -> None:
+        failure = self._start_failure_of(worker)
+        with self._changed:
+            self._starting -= 1
+            ready = failure is None and not self._closed
+            if ready:
+                self._idle.append(worker)
+                self._start_if_short()
+            else:
+                self._live.discard(worker)
+                self._empty += 1
+                if failure is not None:
+                    self._start_failure = failure
+                    self._start_failures += 1
+            self._changed.notify_all()
+        if not ready:
+            worker.stop()
+
+    def _start_failure_of(self, worker: _Worker) -> str | None:
+        """None once ``worker`` says it is ready, else why it never will be."""
+        try:
+            tag, payload = _receive(worker.connection, time.monotonic() + _START_LIMIT_S)
+        except TimeoutError:
+            return f"it was not ready after {_START_LIMIT_S:g} s"
+        except (EOFError, OSError):
+            return self._death(worker)
+        return None if tag == _READY else payload.decode(errors="replace")
 
     # -- one compile ---------------------------------------------------------
 
     def _exchange(
         self, worker: _Worker, spec: GrammarSpec, part: str | None
     ) -> tuple[bytes, bytes]:
-        """Send ``spec`` to the worker (once it is ready) and return its answer."""
-        if not worker.ready:
-            tag, payload = self._receive(worker, time.monotonic() + _START_LIMIT_S, starting=True)
-            if tag != _READY:
-                raise _WorkerLost(payload.decode(errors="replace"))
-            worker.ready = True
+        """Send ``spec`` to the worker and return its answer."""
         deadline = time.monotonic() + self._kill_after_s
         try:
             worker.connection.settimeout(self._kill_after_s)
             _send(worker.connection, _COMPILE, pickle.dumps((spec, part)))
         except OSError as exc:  # the worker died while idle
             raise _WorkerLost(self._death(worker)) from exc
-        return self._receive(worker, deadline, starting=False)
-
-    def _lost_error(self, worker: _Worker, lost: _WorkerLost) -> Exception:
-        """What the request is told when its worker is gone."""
-        if self._is_closed():
-            return RuntimeError("the grammar compiler was closed")
-        if not worker.ready:
-            return RuntimeError(f"the grammar compile process could not start: {lost}")
-        return InvalidGrammarError(str(lost))
-
-    def _receive(self, worker: _Worker, deadline: float, *, starting: bool) -> tuple[bytes, bytes]:
         try:
             return _receive(worker.connection, deadline)
         except TimeoutError:
-            if starting:
-                raise _WorkerLost(f"it was not ready after {_START_LIMIT_S:g} s") from None
             raise _WorkerLost(
                 f"grammar compile was stopped after its hard limit of {self._kill_after_s:g} s"
             ) from None
         except (EOFError, OSError):
             raise _WorkerLost(self._death(worker)) from None
+
+    def _lost_error(self, lost: _WorkerLost) -> Exception:
+        """What the request is told when its worker is gone."""
+        if self._is_closed():
+            return RuntimeError("the grammar compiler was closed")
+        return InvalidGrammarError(str(lost))
 
     @staticmethod
     def _death(worker: _Worker) -> str:
