@@ -129,11 +129,10 @@ class ProcessCompiler:
         self._recipe.flush()
         self._changed = threading.Condition()
         self._closed = False
-        self._live: set[_Worker] = set()
+        self._slots = workers
+        self._live: set[_Worker] = set()  # started: starting, idle or busy
         self._idle: list[_Worker] = []  # ready and waiting for work
         self._starting = 0  # started, not ready yet
-        # Slots with no worker: not needed yet, or one that could not start.
-        self._empty = workers
         self._reserve = min(2, workers)
         # Why the last start failed, and how many have: a compile waiting for
         # a worker fails when a start does, instead of waiting for the next.
@@ -201,7 +200,7 @@ class ProcessCompiler:
                     raise RuntimeError(
                         f"the grammar compile process could not start: {self._start_failure}"
                     )
-                if not self._starting and self._empty:
+                if not self._starting and self._has_empty_slot():
                     self._start_worker()  # an OSError fails this compile at once
                 self._changed.wait()
 
@@ -217,7 +216,6 @@ class ProcessCompiler:
         worker.stop()
         with self._changed:
             self._live.discard(worker)
-            self._empty += 1
             self._start_if_short()
             # A compile waiting for a worker may now start one in the freed slot.
             self._changed.notify_all()
@@ -228,12 +226,16 @@ class ProcessCompiler:
         Short: fewer than two started, or none idle. A worker that cannot
         start here is retried by the next compile that finds none idle.
         """
-        if self._closed or self._starting or not self._empty:
+        if self._closed or self._starting or not self._has_empty_slot():
             return
         if self._idle and len(self._live) >= self._reserve:
             return
         with suppress(OSError):
             self._start_worker()
+
+    def _has_empty_slot(self) -> bool:
+        """A slot with no worker: not needed yet, or its worker could not start (lock held)."""
+        return len(self._live) < self._slots
 
     def _is_closed(self) -> bool:
         with self._changed:
@@ -261,7 +263,6 @@ class ProcessCompiler:
             theirs.close()  # the worker's copy is the only one left: its exit closes the socket
         worker = _Worker(process, ours)
         self._live.add(worker)
-        self._empty -= 1
         self._starting += 1
         threading.Thread(
             target=self._wait_until_ready,
@@ -280,7 +281,6 @@ class ProcessCompiler:
                 self._start_if_short()
             else:
                 self._live.discard(worker)
-                self._empty += 1
                 if failure is not None:
                     self._start_failure = failure
                     self._start_failures += 1
