@@ -16,7 +16,10 @@ For each batch size, logits dtype and kind of mask it times, in one process:
 * the whole apply step again, each run after ``GAP_MS`` of other Python work,
   as in an engine, where a forward pass and the scheduler run between two
   applies: back to back, a step of many small torch ops runs faster than it
-  ever does there.
+  ever does there;
+* the CPU kernel's two strategies apart, after the same gap, at small
+  batches: the byte-table kernel against the torch kernels (dense or by
+  words, as they choose), which is where ``TABLE_KERNEL_ROWS`` comes from.
 
 Mask kinds: ``random`` (every word mixed, the plugin's worst case), ``string``
 (66% all-allowed words, 34% mixed: a JSON string state of the 129k-token
@@ -44,11 +47,14 @@ from vllm.v1.core.sched.output import GrammarOutput, SchedulerOutput
 from vllm.v1.structured_output.utils import apply_grammar_bitmask
 
 from grammar_guard.core.bitmask import words_per_row
-from grammar_guard.core.bitmask_apply import CpuBitmaskApplier
+from grammar_guard.core.bitmask_apply import TABLE_KERNEL_ROWS, CpuBitmaskApplier
+from grammar_guard.core.byte_table_kernel import ByteTableKernel, table_operands
 from grammar_guard.demo.tiny_model import default_model_dir
 from grammar_guard.vllm_adapter.apply_hook import RunnerApply
 
 BATCH_SIZES = (1, 8, 32, 128)
+# Run lengths around the byte-table kernel's limit.
+CROSSOVER_BATCHES = (1, 2, 4, 8, 16)
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
 MASK_KINDS = ("random", "string", "structure")
 # Share of all-allowed (-1) and all-forbidden (0) words per kind; the rest is mixed.
@@ -166,6 +172,60 @@ def measure(batch: int, dtype_name: str, kind: str, vocab: int, repeats: int) ->
     )
 
 
+@dataclass(frozen=True)
+class CrossoverRow:
+    batch: int
+    dtype: str
+    kind: str
+    table_ms: float
+    torch_ms: float
+
+
+def measure_crossover(
+    batch: int, dtype_name: str, kind: str, vocab: int, repeats: int
+) -> CrossoverRow:
+    rng = np.random.default_rng(batch)
+    logits = torch.randn((batch, vocab)).to(DTYPES[dtype_name])
+    bitmask = torch.from_numpy(make_bitmask(rng, batch, vocab, kind))
+    table = ByteTableKernel(batch, vocab)
+    torch_kernels = CpuBitmaskApplier(batch, vocab, table_rows=0)
+
+    def table_apply() -> None:
+        operands = table_operands(logits, bitmask)
+        assert operands is not None
+        table.apply(operands, 0, 0, batch)
+
+    return CrossoverRow(
+        batch=batch,
+        dtype=dtype_name,
+        kind=kind,
+        table_ms=median_ms(table_apply, repeats, gap_ms=GAP_MS),
+        torch_ms=median_ms(
+            lambda: torch_kernels.apply(logits, bitmask, None), repeats, gap_ms=GAP_MS
+        ),
+    )
+
+
+def _table_rows() -> str:
+    return ", ".join(f"{TABLE_KERNEL_ROWS[DTYPES[name]]} ({name})" for name in DTYPES)
+
+
+def crossover_table(rows: list[CrossoverRow]) -> str:
+    lines = [
+        f"CPU kernel strategies apart, each run after {GAP_MS:g} ms of Python; runs of at most "
+        f"{_table_rows()} rows use the byte table:",
+        "",
+        "| batch | dtype | mask | byte table ms | torch kernels ms | torch / table |",
+        "|---:|---|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r.batch} | {r.dtype} | {r.kind} | {r.table_ms:.3f} | {r.torch_ms:.3f} "
+        f"| {r.torch_ms / r.table_ms:.2f}x |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
 def markdown_table(rows: list[Row], bandwidth: float) -> str:
     lines = [
         "| batch | dtype | mask | vLLM apply ms | plugin apply ms | speed-up "
@@ -214,6 +274,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    parser.add_argument("--crossover-batches", type=int, nargs="*", default=list(CROSSOVER_BATCHES))
     parser.add_argument("--markdown", type=Path, help="also write the report to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -222,6 +283,12 @@ def main() -> None:
     rows = [
         measure(batch, dtype, kind, vocab, args.repeats)
         for batch in args.batch_sizes
+        for dtype in DTYPES
+        for kind in MASK_KINDS
+    ]
+    crossover = [
+        measure_crossover(batch, dtype, kind, vocab, args.repeats)
+        for batch in args.crossover_batches
         for dtype in DTYPES
         for kind in MASK_KINDS
     ]
@@ -237,6 +304,8 @@ def main() -> None:
             "Goals:",
             "",
             goals(rows, bandwidth),
+            "",
+            crossover_table(crossover),
             "",
         ]
     )

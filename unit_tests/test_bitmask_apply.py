@@ -93,13 +93,16 @@ def graph_safe_kernel(max_rows: int, vocab: int) -> Kernel:
 KERNELS = {"cpu": cpu_kernel, "graph_safe": graph_safe_kernel}
 
 
-@pytest.fixture(params=["cpu-dense", "cpu-by_words", "cpu-auto", "graph_safe"])
+@pytest.fixture(params=["cpu-table", "cpu-dense", "cpu-by_words", "cpu-auto", "graph_safe"])
 def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> KernelFactory:
-    """A kernel factory; the CPU one with a forced strategy or left to choose by mixed words."""
+    """A kernel factory; the CPU one with a forced strategy or left to choose by rows and words."""
     name, _, strategy = str(request.param).partition("-")
     limits = {"dense": -1.0, "by_words": 1.0}
     if strategy in limits:
         monkeypatch.setattr(bitmask_apply, "MIXED_WORD_LIMIT", limits[strategy])
+        monkeypatch.setattr(bitmask_apply, "TABLE_KERNEL_ROWS", {d: 0 for d in DTYPES})
+    if strategy == "table":
+        monkeypatch.setattr(bitmask_apply, "TABLE_KERNEL_ROWS", {d: 64 for d in DTYPES})
     return KERNELS[name]
 
 
@@ -203,6 +206,23 @@ def test_an_empty_mask_changes_nothing(kernel: KernelFactory) -> None:
     assert_same(logits, expected)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_column_strided_and_inference_mode_logits(
+    kernel: KernelFactory, dtype: torch.dtype
+) -> None:
+    """Logits NumPy cannot view row by row, and tensors made under inference mode, as vLLM's are."""
+    generator = torch.Generator().manual_seed(11)
+    vocab, rows = 1000, np.array([2, 0])
+    with torch.inference_mode():
+        strided = random_logits(generator, vocab, 3, dtype).t()
+        plain = random_logits(generator, 3, vocab, dtype)
+        for logits in (strided, plain):
+            bitmask = random_bitmask(generator, rows.size, vocab)
+            expected = fast_reference(logits, bitmask, rows)
+            kernel(3, vocab)(logits, bitmask, rows)
+            assert_same(logits, expected)
+
+
 def test_rejects_inputs_it_cannot_mask() -> None:
     applier = BitmaskApplier(2, 64, "cpu")
     with pytest.raises(TypeError):
@@ -279,8 +299,8 @@ def test_mask_placement_follows_drafts_batch_order_and_layout(
     )
     # a owns logits 0-2, b logit 3, c logits 4-5; the mask holds c (2 rows),
     # "gone" (1 row, not in the batch) and a (3 rows), packed or in blocks of 3.
-    assert logits_rows.tolist() == [4, 5, 0, 1, 2]
-    assert mask_rows.tolist() == expected_mask_rows
+    assert logits_rows == [4, 5, 0, 1, 2]
+    assert mask_rows == expected_mask_rows
 
 
 def fake_runner(backend: str) -> Any:

@@ -7,7 +7,11 @@ trailing columns, which is what xgrammar does when no vocabulary size is given.
 
 Two kernels share the bit convention:
 
-* CPU: rows are processed in contiguous runs. A run whose mask is almost all
+* CPU: rows are processed in contiguous runs. A run of at most
+  ``TABLE_KERNEL_ROWS`` rows goes through a per-byte lookup table in a few
+  NumPy passes (:mod:`grammar_guard.core.byte_table_kernel`): at small
+  batches the number of operations, not the bytes, sets the cost. A longer
+  run whose mask is almost all
   whole words (0 = 32 forbidden tokens, -1 = 32 allowed) is masked with one cap
   per word, and only the few mixed words are unpacked to bits; otherwise every
   bit is unpacked into an int32 lane whose sign says "forbidden". Both use
@@ -25,11 +29,13 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from grammar_guard.core.bitmask import BITS_PER_WORD, words_per_row
+from grammar_guard.core.byte_table_kernel import ByteTableKernel, table_operands
 
 if sys.byteorder != "little":  # the graph-safe kernel reads each word as four bytes
     raise ImportError("grammar_guard.core.bitmask_apply needs a little-endian machine")
@@ -39,9 +45,18 @@ if sys.byteorder != "little":  # the graph-safe kernel reads each word as four b
 # (measured at the 129k vocabulary: the two cross between 5% and 8%).
 MIXED_WORD_LIMIT = 0.05
 
+# Runs of at most this many rows use the byte-table kernel: it reads every
+# token, but in two (float32) or four (16-bit) NumPy passes against some
+# fifteen torch operations, and after other work, as between engine steps,
+# dispatches cost more than bytes up to here (bench_apply's strategy table).
+TABLE_KERNEL_ROWS = {torch.float32: 4, torch.bfloat16: 8, torch.float16: 8}
+
 # Rows masked per pass of the dense CPU kernel: its int32 scratch (4 bytes a
 # token) then stays in cache between passes instead of streaming through memory.
 DENSE_CHUNK_ROWS = 8
+
+# Logits row of each mask row, in mask order.
+Rows = Sequence[int] | np.ndarray
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _SIGN_BIT = -(2**31)
@@ -128,14 +143,18 @@ def _infinities(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return values[0], values[1]
 
 
-def _runs(rows: np.ndarray) -> list[tuple[int, int, int]]:
-    """Split ``rows`` into (first mask row, first logits row, length) of consecutive rows."""
-    if rows.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    starts = np.concatenate(([0], breaks))
-    ends = np.concatenate((breaks, [rows.size]))
-    return [(int(s), int(rows[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
+def _runs(rows: Rows) -> list[tuple[int, int, int]]:
+    """Split ``rows`` into (first mask row, first logits row, length) of consecutive rows.
+
+    Plain Python: a few rows per step, where NumPy's per-call cost would dominate.
+    """
+    runs = []
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end] != rows[end - 1] + 1:
+            runs.append((start, int(rows[start]), end - start))
+            start = end
+    return runs
 
 
 def _is_word_table(logits: torch.Tensor) -> bool:
@@ -150,13 +169,23 @@ def _flat_words(words: torch.Tensor) -> torch.Tensor:
 
 
 class CpuBitmaskApplier:
-    """The CPU kernel; see the module docstring for its two strategies."""
+    """The CPU kernel; see the module docstring for its strategies.
 
-    def __init__(self, max_rows: int, vocab_size: int) -> None:
+    ``table_rows`` overrides ``TABLE_KERNEL_ROWS`` for every dtype (0: torch
+    kernels only), for benchmarks that time the strategies apart.
+    """
+
+    def __init__(self, max_rows: int, vocab_size: int, table_rows: int | None = None) -> None:
         self._arena = _Arena(torch.device("cpu"))
         # nonzero() sizes its output by the data; torch grows this one tensor
         # in place, so it stops allocating once it has seen the largest step.
         self._mixed_index = torch.empty((0, 1), dtype=torch.int64)
+        self._table_rows = (
+            dict(TABLE_KERNEL_ROWS)
+            if table_rows is None
+            else dict.fromkeys(TABLE_KERNEL_ROWS, table_rows)
+        )
+        self._table = ByteTableKernel(max(self._table_rows.values()), vocab_size)
         words = words_per_row(vocab_size)
         chunk = min(max_rows, DENSE_CHUNK_ROWS)
         self._arena.reserve("dense.inverted", torch.int32, chunk * words)
@@ -165,11 +194,16 @@ class CpuBitmaskApplier:
         for name in ("words.zero", "words.mixed"):
             self._arena.reserve(name, torch.bool, max_rows * words)
 
-    def apply(self, logits: torch.Tensor, bitmask: torch.Tensor, rows: np.ndarray | None) -> None:
+    def apply(self, logits: torch.Tensor, bitmask: torch.Tensor, rows: Rows | None) -> None:
         _check(logits, bitmask)
         if rows is None:
-            rows = np.arange(bitmask.shape[0])
-        for mask_start, logits_start, length in _runs(np.asarray(rows)):
+            rows = range(bitmask.shape[0])
+        table_rows = self._table_rows[logits.dtype]
+        table = table_operands(logits, bitmask) if table_rows else None
+        for mask_start, logits_start, length in _runs(rows):
+            if table is not None and length <= table_rows:
+                self._table.apply(table, logits_start, mask_start, length)
+                continue
             self._apply_run(
                 logits[logits_start : logits_start + length],
                 bitmask[mask_start : mask_start + length],
@@ -270,7 +304,7 @@ class GraphSafeBitmaskApplier:
         self._bit_values = (1 << torch.arange(8, device=device)).to(torch.uint8)
         self._map_copied = torch.cuda.Event() if pinned else None
 
-    def stage(self, bitmask: torch.Tensor, rows: np.ndarray | None, num_logits_rows: int) -> None:
+    def stage(self, bitmask: torch.Tensor, rows: Rows | None, num_logits_rows: int) -> None:
         """Host part: copy ``bitmask`` and the logits-row -> mask-row map to the device."""
         count = bitmask.shape[0]
         if max(num_logits_rows, count) > self.max_rows:
@@ -302,7 +336,7 @@ class GraphSafeBitmaskApplier:
         flat = forbidden.view(n, self.words * BITS_PER_WORD)[:, :columns]
         logits[:, :columns].masked_fill_(flat, float("-inf"))
 
-    def apply(self, logits: torch.Tensor, bitmask: torch.Tensor, rows: np.ndarray | None) -> None:
+    def apply(self, logits: torch.Tensor, bitmask: torch.Tensor, rows: Rows | None) -> None:
         _check(logits, bitmask)
         self.stage(bitmask, rows, logits.shape[0])
         self.apply_staged(logits)
@@ -334,9 +368,7 @@ class BitmaskApplier:
         else:
             self._graph_safe = GraphSafeBitmaskApplier(max_rows, vocab_size, self.device)
 
-    def apply(
-        self, logits: torch.Tensor, bitmask: torch.Tensor, rows: np.ndarray | None = None
-    ) -> None:
+    def apply(self, logits: torch.Tensor, bitmask: torch.Tensor, rows: Rows | None = None) -> None:
         """Mask ``logits[rows[i]]`` with ``bitmask[i]`` in place; ``rows=None`` means row ``i``.
 
         ``bitmask`` is a contiguous CPU int32 tensor; ``rows`` holds distinct rows.
