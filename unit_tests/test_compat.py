@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 
-import numpy as np
 import pytest
 import vllm
 from vllm.v1.engine import EngineCoreOutput
@@ -74,6 +73,6 @@ def test_the_release_table_matches_the_installed_vllm_source() -> None:
     [(MaskLayout.PACKED, [0, 3, 4, 8], 9), (MaskLayout.BLOCKS, [0, 4, 8, 12], 16)],
 )
 def test_mask_layouts(layout: MaskLayout, first_rows: list[int], total: int) -> None:
-    rows_per_request = np.array([3, 1, 4, 1])
-    assert layout.first_rows(rows_per_request, 4).tolist() == first_rows
+    rows_per_request = [3, 1, 4, 1]
+    assert layout.first_rows(rows_per_request, 4) == first_rows
     assert layout.total_rows(rows_per_request, 4) == total

@@ -144,14 +144,16 @@ class RunnerApply:
             installed_release().mask_layout,
             bitmask.shape[0],
         )
-        if logits_rows.size == 0:
+        if not logits_rows:
             return
         # Batch order makes the CPU kernel's row runs as long as possible.
-        order = np.argsort(logits_rows, kind="stable")
-        ordered = self._ordered_buffer(logits_rows.size, bitmask.shape[1])
-        np.take(bitmask, mask_rows[order], axis=0, out=ordered)
+        in_batch_order = sorted(zip(logits_rows, mask_rows, strict=True))
+        ordered = self._ordered_buffer(len(in_batch_order), bitmask.shape[1])
+        np.take(bitmask, [mask_row for _, mask_row in in_batch_order], axis=0, out=ordered)
         applier = self._applier(logits, bitmask.shape[1])
-        applier.apply(logits, torch.from_numpy(ordered), logits_rows[order])
+        applier.apply(
+            logits, torch.from_numpy(ordered), [logits_row for logits_row, _ in in_batch_order]
+        )
 
     def _ordered_buffer(self, rows: int, words: int) -> np.ndarray:
         if self.ordered.shape[0] < rows or self.ordered.shape[1] != words:
@@ -174,32 +176,36 @@ def mask_placement(
     grammar_req_ids: list[str],
     layout: MaskLayout,
     num_mask_rows: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(logits row, mask row) pairs for every mask row that belongs to this batch.
+) -> tuple[list[int], list[int]]:
+    """(logits rows, mask rows): the pairs for every mask row that belongs to this batch.
 
     A request with ``k`` draft tokens owns ``1 + k`` consecutive logits rows
     (batch order) and as many mask rows (``grammar_req_ids`` order), which
     start where ``layout`` puts them; a block's stride is what vLLM's own
     apply derives, the mask's rows per grammar request. A grammar request
     missing from the batch keeps its mask rows but gets none applied, as in vLLM.
+    Plain Python: at the batch sizes where a step is cheap, NumPy's per-call
+    cost would be most of this.
     """
     if not batch_req_ids or not grammar_req_ids:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    drafts = np.zeros(len(batch_req_ids), dtype=np.int64)
+        return [], []
+    drafts = [0] * len(batch_req_ids)
     for req_id, tokens in spec_tokens.items():
         index = req_id_to_index.get(req_id)
         if index is not None:
             drafts[index] = len(tokens)
     # The logits hold each request's rows right after the previous request's.
-    logits_start = MaskLayout.PACKED.first_rows(1 + drafts, 0)
-
-    batch_index = np.array([req_id_to_index.get(r, -1) for r in grammar_req_ids], dtype=np.int64)
-    grammar_drafts = np.array([len(spec_tokens.get(r, ())) for r in grammar_req_ids], np.int64)
-    rows_per_request = 1 + grammar_drafts
-    present = np.repeat(batch_index >= 0, rows_per_request)
+    logits_start = MaskLayout.PACKED.first_rows([1 + d for d in drafts], 0)
+    rows_per_request = [1 + len(spec_tokens.get(r, ())) for r in grammar_req_ids]
     mask_start = layout.first_rows(rows_per_request, num_mask_rows // len(grammar_req_ids))
-    packed_start = MaskLayout.PACKED.first_rows(rows_per_request, 0)
-    within = np.arange(int(rows_per_request.sum())) - np.repeat(packed_start, rows_per_request)
-    mask_rows = np.repeat(mask_start, rows_per_request) + within
-    logits_rows = np.repeat(logits_start[np.maximum(batch_index, 0)], rows_per_request) + within
-    return logits_rows[present], mask_rows[present]
+    logits_rows: list[int] = []
+    mask_rows: list[int] = []
+    for req_id, rows, first_mask_row in zip(
+        grammar_req_ids, rows_per_request, mask_start, strict=True
+    ):
+        index = req_id_to_index.get(req_id)
+        if index is None:
+            continue
+        logits_rows.extend(range(logits_start[index], logits_start[index] + rows))
+        mask_rows.extend(range(first_mask_row, first_mask_row + rows))
+    return logits_rows, mask_rows

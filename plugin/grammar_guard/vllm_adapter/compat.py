@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from packaging.version import InvalidVersion, Version
 
 
@@ -32,17 +33,17 @@ class MaskLayout(enum.Enum):
     BLOCKS = "blocks"
     """Request ``i`` owns rows ``[i * stride, (i + 1) * stride)``; rows past its own are unused."""
 
-    def first_rows(self, rows_per_request: np.ndarray, stride: int) -> np.ndarray:
+    # Plain Python: a step has a handful of requests, where NumPy's per-call
+    # cost would be most of the work.
+    def first_rows(self, rows_per_request: Sequence[int], stride: int) -> list[int]:
         if self is MaskLayout.BLOCKS:
-            return np.arange(rows_per_request.size, dtype=np.int64) * stride
-        starts = np.zeros(rows_per_request.size, dtype=np.int64)
-        np.cumsum(rows_per_request[:-1], out=starts[1:])
-        return starts
+            return [i * stride for i in range(len(rows_per_request))]
+        return list(itertools.accumulate(rows_per_request, initial=0))[:-1]
 
-    def total_rows(self, rows_per_request: np.ndarray, stride: int) -> int:
+    def total_rows(self, rows_per_request: Sequence[int], stride: int) -> int:
         if self is MaskLayout.BLOCKS:
-            return rows_per_request.size * stride
-        return int(rows_per_request.sum())
+            return len(rows_per_request) * stride
+        return int(sum(rows_per_request))
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def _fill_one_row_each(
     """
     first_rows, num_rows = _layout(manager, [1] * len(requests))
     rows = _LevelRows()
-    for row, request in zip(first_rows.tolist(), requests, strict=True):
+    for row, request in zip(first_rows, requests, strict=True):
         grammar = request.structured_output_request.grammar  # type: ignore[union-attr]
         constrained = manager._get_constraint_bounds(request, ()).constraint_start == 0
         if not constrained:
@@ -276,16 +276,13 @@ def _reasoning_ends(manager: StructuredOutputManager, request: Request) -> tuple
     return manager._masked_reasoning_ends(request)  # type: ignore[attr-defined]
 
 
-def _layout(
-    manager: StructuredOutputManager, rows_per_request: list[int]
-) -> tuple[np.ndarray, int]:
+def _layout(manager: StructuredOutputManager, rows_per_request: list[int]) -> tuple[list[int], int]:
     """Each request's first row and the rows the step spans, as the installed vLLM lays them."""
     config = manager.vllm_config
     # vLLM's stride: the most scheduled positions a request can have, plus the bonus token.
     stride = config.num_speculative_tokens + (0 if config.model_config.is_diffusion else 1)
-    rows = np.asarray(rows_per_request, dtype=np.int64)
     layout = installed_release().mask_layout
-    return layout.first_rows(rows, stride), layout.total_rows(rows, stride)
+    return layout.first_rows(rows_per_request, stride), layout.total_rows(rows_per_request, stride)
 
 
 def _plan_rows(
@@ -300,7 +297,7 @@ def _plan_rows(
     first_rows, num_rows = _layout(manager, rows_per_request)
     runs = []
     for request, drafts, rows, first_row in zip(
-        requests, drafts_per_request, rows_per_request, first_rows.tolist(), strict=True
+        requests, drafts_per_request, rows_per_request, first_rows, strict=True
     ):
         grammar_start, constraint_start = manager._get_constraint_bounds(
             request, strip_speculative_padding(drafts)
