@@ -23,7 +23,10 @@ It reports:
   decoded with no grammar at all (its twin, below);
 * the same with every core busy: one spinning process per core runs while
   the engines take their turns again at the largest batch, vLLM's two
-  backends with their twins, for the ceiling under load;
+  backends with their twins, for the ceiling under load; the median of
+  ``busy_runs`` batches, not the best: under load one batch's time varies
+  severalfold from turn to turn, and the best would be whichever batch the
+  spinners happened to leave alone;
 * per-step time at every batch size: each constrained batch against an
   unconstrained twin in the same engine, with the same prompts and the same
   output length per request (``min_tokens = max_tokens`` = the constrained
@@ -51,10 +54,11 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -125,6 +129,7 @@ class Plan:
     configurations: tuple[str, ...]
     batches: tuple[int, ...]  # per-step comparison; the last is the throughput batch
     runs: int
+    busy_runs: int  # busy batches per engine, judged by their median
     env: tuple[tuple[str, str], ...] = ()  # more environment for every engine
 
     @property
@@ -132,11 +137,11 @@ class Plan:
         return self.batches[-1]
 
 
-FULL = Plan(tuple(CONFIGURATIONS), (1, 8, 32, 64), runs=3)
+FULL = Plan(tuple(CONFIGURATIONS), (1, 8, 32, 64), runs=3, busy_runs=7)
 # grammar-guard and one vLLM backend, the pair whose token ids must match, in
 # about two minutes: engine starts are most of it. Routed grammar-guard's own
 # smoke run is bench_head_of_line's.
-SMOKE = Plan((XGRAMMAR, GRAMMAR_GUARD_XGRAMMAR), (1, 8), runs=1)
+SMOKE = Plan((XGRAMMAR, GRAMMAR_GUARD_XGRAMMAR), (1, 8), runs=1, busy_runs=1)
 
 
 # --- worker: one engine; one batch per line read from stdin ---
@@ -296,15 +301,16 @@ def start_workers(plan: Plan) -> list[Worker]:
 
 @dataclass
 class Runs:
-    """One configuration's timed batches of one size."""
+    """One configuration's timed batches of one size, summarised by ``statistic``."""
 
+    statistic: Callable[[list[float]], float] = min
     seconds: list[float] = field(default_factory=list)
     twin_seconds: list[float] = field(default_factory=list)
     outputs: list[list[list[int]]] = field(default_factory=list)  # token ids per run
     twin_lengths_wrong: int = 0  # twins whose output length was not the one asked for
 
-    def best(self) -> float:
-        return min(self.seconds)
+    def batch_seconds(self) -> float:
+        return self.statistic(self.seconds)
 
     def steps(self) -> int:
         """Engine steps of one batch: all requests start together, the longest ends it."""
@@ -317,9 +323,12 @@ class Runs:
         return all(output == self.outputs[0] for output in self.outputs)
 
     def ms_per_step(self) -> tuple[float, float]:
-        """The best constrained and the best twin batch, per engine step."""
+        """The constrained and the twin batches' summary, per engine step."""
         steps = self.steps()
-        return min(self.seconds) / steps * 1e3, min(self.twin_seconds) / steps * 1e3
+        return (
+            self.statistic(self.seconds) / steps * 1e3,
+            self.statistic(self.twin_seconds) / steps * 1e3,
+        )
 
     def step_ratio(self) -> float:
         constrained, twin = self.ms_per_step()
@@ -381,10 +390,12 @@ def _measure_busy(workers: list[Worker], plan: Plan) -> Results:
     results: Results = {}
     size = plan.throughput_batch
     with spinning(os.cpu_count() or 1):
-        for turn in range(plan.runs):
-            print(f"busy turn {turn + 1}/{plan.runs}, batch {size}", file=sys.stderr, flush=True)
+        for turn in range(plan.busy_runs):
+            print(
+                f"busy turn {turn + 1}/{plan.busy_runs}, batch {size}", file=sys.stderr, flush=True
+            )
             for worker in workers if turn % 2 == 0 else workers[::-1]:
-                runs = results.setdefault((worker.name, size), Runs())
+                runs = results.setdefault((worker.name, size), Runs(statistics.median))
                 # vLLM's backends also decode their twins: the busy ceiling is theirs.
                 if worker.name in (XGRAMMAR, GUIDANCE):
                     _record_with_twin(runs, worker, size, turn)
@@ -463,7 +474,7 @@ def _constrained(plan: Plan) -> list[str]:
 
 
 def _rate(runs: Runs) -> float:
-    return runs.tokens() / runs.best()
+    return runs.tokens() / runs.batch_seconds()
 
 
 @dataclass
@@ -494,17 +505,21 @@ def report(plan: Plan, measured: Measured) -> Report:
                 )
     lines = [
         f"Tiny model, batches of requests alternating schemas A and B (compact JSON, seed = "
-        f"request index, max_tokens={MAX_TOKENS}), best of {plan.runs} batch(es) per cell, "
-        f"engines taking turns ({date.today().isoformat()})"
+        f"request index, max_tokens={MAX_TOKENS}), best of {plan.runs} batch(es) per quiet "
+        f"cell, median of {plan.busy_runs} per busy one, engines taking turns "
+        f"({date.today().isoformat()})"
         + "".join(f", {name}={value}" for name, value in plan.env)
         + ".",
         "",
-        *_throughput_table(plan, results, agreements, ""),
+        *_throughput_table(plan, results, agreements, f", best of {plan.runs} batches"),
         "",
         _ceiling_line(plan, results, ""),
         "",
         *_throughput_table(
-            plan, measured.busy, agreements, f" with every core busy ({_spinners()})"
+            plan,
+            measured.busy,
+            agreements,
+            f" with every core busy ({_spinners()}), median of {plan.busy_runs} batches",
         ),
         "",
         _ceiling_line(plan, measured.busy, " with every core busy"),
@@ -580,7 +595,7 @@ def _throughput_table(
     lines = [
         f"Throughput at batch {size}{condition}, against the faster vLLM backend ({baseline}):",
         "",
-        f"| backend | output tokens | best batch (s) | tokens/s | vs {baseline} "
+        f"| backend | output tokens | batch (s) | tokens/s | vs {baseline} "
         f"| token ids vs {baseline} |",
         "|---|---:|---:|---:|---:|---|",
     ]
@@ -592,8 +607,8 @@ def _throughput_table(
             ratio = f"{_speedup(plan, results, name):.2f}x"
             same = _same_tokens(name, baseline, size, results, agreements)
         lines.append(
-            f"| {name} | {runs.tokens()} | {runs.best():.2f} | {_rate(runs):.1f} | {ratio} "
-            f"| {same} |"
+            f"| {name} | {runs.tokens()} | {runs.batch_seconds():.2f} | {_rate(runs):.1f} "
+            f"| {ratio} | {same} |"
         )
     return lines
 
@@ -710,6 +725,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, help=f"timed batches per cell (default {FULL.runs})")
     parser.add_argument(
+        "--busy-runs",
+        type=int,
+        help=f"busy batches per engine, judged by their median (default {FULL.busy_runs})",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="vLLM xgrammar and grammar-guard on xgrammar, 1 run"
     )
     parser.add_argument("--markdown", type=Path, help="also write the report to this file")
@@ -728,7 +748,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         _worker(args.worker, args.batches)
         return
     plan = SMOKE if args.smoke else FULL
-    plan = Plan(plan.configurations, plan.batches, args.runs or plan.runs, tuple(args.env))
+    plan = Plan(
+        plan.configurations,
+        plan.batches,
+        args.runs or plan.runs,
+        args.busy_runs or plan.busy_runs,
+        tuple(args.env),
+    )
     started = time.perf_counter()
     workers = start_workers(plan)
     print(f"engines ready in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

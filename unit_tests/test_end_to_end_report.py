@@ -134,6 +134,29 @@ def test_the_breakdown_has_a_constrained_and_a_twin_row_per_constrained_backend(
             assert (row in report.text) is (name != e2e.NONE), row
 
 
+def test_the_busy_verdict_is_the_median_batch_not_a_lucky_one(busy: dict[str, bool]) -> None:
+    class LuckyOnceWhenBusy(FakeWorker):
+        """One busy batch runs while the spinners happen to leave the cores alone."""
+
+        busy_batches = 0
+
+        def run(self, kind: str, size: int) -> dict[str, Any]:
+            result = super().run(kind, size)
+            if self._busy["now"] and kind == "batch":
+                self.busy_batches += 1
+                result["seconds"] = 0.5 if self.busy_batches == 1 else 3.0
+            return result
+
+    workers = [
+        (LuckyOnceWhenBusy if name == e2e.GRAMMAR_GUARD else FakeWorker)(name, busy)
+        for name in e2e.FULL.configurations
+    ]
+    text = _report(workers).text
+    assert workers[e2e.FULL.configurations.index(e2e.GRAMMAR_GUARD)].busy_batches == 7
+    assert "- busy: 0.70x, goal at least 1.1x: not met" in text
+    assert "median of 7 batches" in text
+
+
 def test_the_report_names_the_environment_its_engines_ran_with(busy: dict[str, bool]) -> None:
     plan = dataclasses.replace(e2e.FULL, env=(("OMP_WAIT_POLICY", "ACTIVE"),))
     workers = [FakeWorker(name, busy) for name in plan.configurations]
