@@ -20,10 +20,10 @@ within each round, so load from other processes hits all alike:
 steady state is when the first batch at 90% of it or more ended.
 
 The second part measures the cache file formats (``disk_store.CODECS``) on
-the grammar the cache folder holds (the one the trial chose): file
-size, write time and load time (read, decompress, ``deserialize``), from
-the page cache and after dropping the file's pages (``posix_fadvise``),
-median of ``--format-reps``.
+the schema's grammar from each engine (the folder holds the one the trial
+chose; xgrammar's is the large one): file size, write time and load time
+(read, decompress, ``deserialize``), from the page cache and after dropping
+the file's pages (``posix_fadvise``), median of ``--format-reps``.
 
     .venv/bin/python benchmarks/bench_restart.py [--rounds 2] [--out-dir bench-out]
     .venv/bin/python benchmarks/bench_restart.py --quick   # the smoke form: short runs
@@ -45,6 +45,8 @@ import time
 from datetime import date
 from pathlib import Path
 from typing import Any
+
+from scoped_env import scoped_environment
 
 RESULT = "RESULT "
 # Long enough for the slowest compile on a loaded 2-core machine: this
@@ -257,22 +259,49 @@ def _drop_from_page_cache(path: Path) -> None:
 
 
 def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str, Any]:
-    """Every codec on the grammar the filling run stored in ``folder``."""
-    from grammar_guard.cli.model import ModelArgs, load_engine
-    from grammar_guard.core.disk_store import CODECS, DiskStore
+    """Every codec on this schema's grammar from each engine, and which one ``folder`` holds.
+
+    Both engines, not only the stored one: an llguidance grammar is a few kB of
+    text and tells nothing about the codecs, while xgrammar's, the one an
+    upgrade stores, runs to megabytes for this schema.
+    """
+    from grammar_guard.core.disk_store import DiskStore
     from grammar_guard.core.metrics import CacheMetrics
-    from grammar_guard.core.settings import CacheSettings
+
+    engine, spec = _engine_and_spec(schema, "auto")
+    stored = DiskStore(folder, engine, max_bytes=1 << 40, metrics=CacheMetrics()).load(spec)
+    if stored is None:
+        raise RuntimeError(f"no stored grammar for the schema in {folder}")
+    return {
+        "stored_engine": stored.engine_name,
+        "grammars": {name: _codecs_on(schema, name, reps) for name in ("xgrammar", "llguidance")},
+    }
+
+
+def _engine_and_spec(schema: dict[str, Any], selection: str) -> tuple[Any, Any]:
+    """The tiny model's engine under ``GRAMMAR_GUARD_ENGINE=selection``, and the schema's key."""
+    from grammar_guard.cli.model import ModelArgs, load_engine
+    from grammar_guard.core.settings import ENGINE_VARIABLE, CacheSettings
     from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
     from grammar_guard.demo.engine import STRUCTURED_OUTPUTS_CONFIG
     from grammar_guard.demo.tiny_model import build_tiny_model
 
-    settings = CacheSettings.from_env()
-    engine = load_engine(ModelArgs(model=str(build_tiny_model())), unenforced=settings.unenforced)
+    with scoped_environment({ENGINE_VARIABLE: selection}):
+        settings = CacheSettings.from_env()
+        engine = load_engine(
+            ModelArgs(model=str(build_tiny_model())), unenforced=settings.unenforced
+        )
     compact = CompileOptions(any_whitespace=not STRUCTURED_OUTPUTS_CONFIG["disable_any_whitespace"])
-    spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, compact)
-    compiled = DiskStore(folder, engine, max_bytes=1 << 40, metrics=CacheMetrics()).load(spec)
-    if compiled is None:
-        raise RuntimeError(f"no stored grammar for the schema in {folder}")
+    return engine, GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, compact)
+
+
+def _codecs_on(schema: dict[str, Any], selection: str, reps: int) -> dict[str, Any]:
+    """Each codec's file size, write time and load times on the schema compiled by one engine."""
+    from grammar_guard.core.disk_store import CODECS, DiskStore
+    from grammar_guard.core.metrics import CacheMetrics
+
+    engine, spec = _engine_and_spec(schema, selection)
+    compiled = engine.compile(spec)
     started = time.perf_counter()
     raw = engine.serialize(compiled)
     serialize_s = time.perf_counter() - started
@@ -302,11 +331,10 @@ def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str
                 "load_s": statistics.median(warm),
                 "load_cold_s": statistics.median(cold),
             }
-            print(f"format {codec}: {formats[codec]}", file=sys.stderr)
+            print(f"{selection} format {codec}: {formats[codec]}", file=sys.stderr)
     return {
-        "engine": compiled.engine_name,
-        "serialized_bytes": len(raw),
         "memory_bytes": compiled.memory_bytes,
+        "serialized_bytes": len(raw),
         "serialize_s": serialize_s,
         "formats": formats,
     }
@@ -346,21 +374,28 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"The filling run's upgrade: {fill_upgrade['outcome']}, so the folder holds the "
-        f"{formats['engine']} grammar.",
+        f"{formats['stored_engine']} grammar.",
         "",
-        f"#### Cache file formats (the stored {formats['engine']} grammar: "
-        f"{formats['memory_bytes'] / 2**20:.1f} MiB in memory, "
-        f"{formats['serialized_bytes'] / 2**20:.1f} MiB serialised in "
-        f"{formats['serialize_s']:.2f} s)",
+        "#### Cache file formats, on this schema's grammar from each engine",
         "",
-        "| Codec | File | Write | Load (page cache) | Load (from disk) |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    for codec, row in formats["formats"].items():
+    for name, grammar in formats["grammars"].items():
         lines.append(
-            f"| {codec} | {row['file_bytes'] / 2**20:.2f} MiB | {row['write_s']:.2f} s "
-            f"| {row['load_s']:.3f} s | {row['load_cold_s']:.3f} s |"
+            f"- {name}: {grammar['memory_bytes'] / 2**20:.2f} MiB in memory, "
+            f"{grammar['serialized_bytes'] / 2**20:.2f} MiB serialised in "
+            f"{grammar['serialize_s']:.2f} s"
         )
+    lines += [
+        "",
+        "| Grammar | Codec | File | Write | Load (page cache) | Load (from disk) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, grammar in formats["grammars"].items():
+        for codec, row in grammar["formats"].items():
+            lines.append(
+                f"| {name} | {codec} | {row['file_bytes'] / 2**20:.2f} MiB "
+                f"| {row['write_s']:.2f} s | {row['load_s']:.3f} s | {row['load_cold_s']:.3f} s |"
+            )
     return "\n".join(lines) + "\n"
 
 
