@@ -24,6 +24,12 @@ schemas, in alternating order, so a machine whose load drifts weighs on both
 alike. A block ends once all its requests have finished, slow ones included,
 so no compile spills into the next block.
 
+Unless ``--rate`` is given, the simple stream's rate is set once, on the
+first engine, from how fast it serves bursts of cache hits: half that, and
+at most 8 requests/s. A fixed rate that one machine serves easily is a
+queue that grows without any slow request on a slower one, and such a run
+measures queueing, not blocking.
+
     .venv/bin/python benchmarks/bench_head_of_line.py [--quick] [--env NAME=VALUE ...]
         [--backends NAME ...] [--block S] [--json PATH] [--plot PATH] [--markdown PATH]
 
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -54,10 +61,12 @@ from head_of_line_report import (
     plot,
     summaries,
 )
-from head_of_line_workload import Arrival, Workload
+from head_of_line_workload import BURST_REQUESTS, Arrival, Workload, sustainable_rate
 from scoped_env import scoped_environment
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from vllm.outputs import RequestOutput
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -86,6 +95,7 @@ FULL = Workload(
     slow_max_length=300,
 )
 QUICK = dataclasses.replace(FULL, block_s=15.0, rounds=1)
+CALIBRATION_BURSTS = 2
 
 
 # --- one request, one block ---
@@ -145,6 +155,7 @@ async def _send(
                 sample.wait_s, sample.step_s = _engine_split(output)
             sample.output_tokens += len(completion.token_ids)
             sample.finish_reason = completion.finish_reason
+        sample.done_s = time.perf_counter() - due
     except Exception as exc:  # a failed request is a result, not the end of the run
         sample.error = _describe(exc)
     return sample
@@ -186,8 +197,19 @@ def _block_order(round_index: int) -> tuple[str, ...]:
     return BLOCKS if round_index % 2 == 0 else BLOCKS[::-1]
 
 
-async def measure_backend(backend: str, workload: Workload) -> dict[str, list[Sample]]:
-    """Start ``backend``'s engine, warm it up, run every round, shut it down."""
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """How the simple stream's rate was chosen, when ``--rate`` was not given."""
+
+    backend: str
+    burst_requests: int
+    served_per_s: float  # cache hits served per second, over every burst
+    rate_per_s: float
+
+
+@contextlib.asynccontextmanager
+async def started_engine(backend: str) -> AsyncIterator[AsyncLLM]:
+    """``backend``'s engine, with its settings in force while it runs; shut down after."""
     from vllm.v1.engine.async_llm import AsyncLLM
 
     vllm_backend, settings = _CONFIGURATIONS.get(backend, (backend, {}))
@@ -196,15 +218,35 @@ async def measure_backend(backend: str, workload: Workload) -> dict[str, list[Sa
     with scoped_environment(settings):
         engine = AsyncLLM.from_engine_args(_engine_args(vllm_backend))
         try:
-            return await _measure(engine, backend, workload)
+            yield engine
         finally:
             engine.shutdown()
 
 
+async def _served(engine: AsyncLLM, arrivals: list[Arrival], name: str) -> list[Sample]:
+    """``run_block``, failing the run if any request failed: its figures would mean nothing."""
+    samples = await run_block(engine, arrivals, 0, name)
+    if failed := [sample.error for sample in samples if sample.error]:
+        raise RuntimeError(f"{name}: {len(failed)} requests failed, the first: {failed[0]}")
+    return samples
+
+
+async def calibrate(engine: AsyncLLM, backend: str, workload: Workload) -> Calibration:
+    """The stream's rate, from bursts of cache hits on this (warm) engine.
+
+    ``workload.rate_per_s`` is the highest it may be.
+    """
+    seconds = 0.0
+    for burst in range(CALIBRATION_BURSTS):
+        samples = await _served(engine, workload.burst(), f"{backend}-burst-{burst}")
+        # All were due at once: the burst took as long as its last request.
+        seconds += max(sample.done_s or 0.0 for sample in samples)
+    served = CALIBRATION_BURSTS * BURST_REQUESTS / seconds
+    rate = sustainable_rate(served, workload.rate_per_s)
+    return Calibration(backend, BURST_REQUESTS, served, rate)
+
+
 async def _measure(engine: AsyncLLM, backend: str, workload: Workload) -> dict[str, list[Sample]]:
-    warm_up = await run_block(engine, workload.warm_up(), 0, f"{backend}-warm-up")
-    if failed := [sample.error for sample in warm_up if sample.error]:
-        raise RuntimeError(f"{backend}: warm-up requests failed, the first: {failed[0]}")
     samples: dict[str, list[Sample]] = {block: [] for block in BLOCKS}
     for round_index in range(workload.rounds):
         for block in _block_order(round_index):
@@ -214,11 +256,23 @@ async def _measure(engine: AsyncLLM, backend: str, workload: Workload) -> dict[s
     return samples
 
 
-async def run(backends: list[str], workload: Workload) -> Results:
+async def run(
+    backends: list[str], workload: Workload, *, calibrate_rate: bool
+) -> tuple[Results, Workload, Calibration | None]:
+    """Every backend in turn; with ``calibrate_rate``, the first sets the stream's rate."""
     import grammar_guard
 
     grammar_guard.register()  # the engine arguments name the backend before plugins load
-    return {backend: await measure_backend(backend, workload) for backend in backends}
+    results: Results = {}
+    calibration = None
+    for backend in backends:
+        async with started_engine(backend) as engine:
+            await _served(engine, workload.warm_up(), f"{backend}-warm-up")
+            if calibrate_rate and calibration is None:
+                calibration = await calibrate(engine, backend, workload)
+                workload = dataclasses.replace(workload, rate_per_s=calibration.rate_per_s)
+            results[backend] = await _measure(engine, backend, workload)
+    return results, workload, calibration
 
 
 # --- the command line ---
@@ -263,7 +317,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--block", type=float, help="seconds per block")
     parser.add_argument("--rounds", type=int, help="rounds of an alone and a loaded block")
-    parser.add_argument("--rate", type=float, help="simple requests per second")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="simple requests per second (default: half what the first engine serves, at most 8)",
+    )
     parser.add_argument("--slow-every", type=float, help="seconds between slow requests")
     parser.add_argument(
         "--env",
@@ -279,7 +337,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _report(
-    workload: Workload, env: dict[str, str], results: Results, started: float, load: Any
+    workload: Workload,
+    calibration: Calibration | None,
+    env: dict[str, str],
+    results: Results,
+    started: float,
+    load: Any,
 ) -> dict[str, Any]:
     return {
         "date": date.today().isoformat(),
@@ -288,6 +351,7 @@ def _report(
         # Other work on the machine shows here; the figures are only as quiet as it was.
         "load_average": {"before": load, "after": os.getloadavg()},
         "workload": dataclasses.asdict(workload),
+        "calibration": None if calibration is None else dataclasses.asdict(calibration),
         "env": env,
         "summary": summaries(results),
         "samples": {
@@ -304,9 +368,19 @@ def _caption(workload: Workload, report: dict[str, Any]) -> str:
     load = report["load_average"]
     return (
         f"Tiny model, {workload.rounds} x {workload.block_s:g} s per block, "
-        f"{workload.rate_per_s:g} simple requests/s, a slow schema every "
-        f"{workload.slow_every_s:g} s, {report['date']}, load average "
+        f"{workload.rate_per_s:g} simple requests/s{_rate_source(report['calibration'])}, "
+        f"a slow schema every {workload.slow_every_s:g} s, {report['date']}, load average "
         f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after"
+    )
+
+
+def _rate_source(calibration: dict[str, Any] | None) -> str:
+    if calibration is None:
+        return ""
+    return (
+        f" (set by the run: {calibration['backend']} served bursts of "
+        f"{calibration['burst_requests']} cache hits at "
+        f"{calibration['served_per_s']:.1f} requests/s)"
     )
 
 
@@ -328,8 +402,10 @@ def main() -> None:
     _apply_env(env)
 
     started, load = time.perf_counter(), os.getloadavg()
-    results = asyncio.run(run(args.backends, workload))
-    report = _report(workload, env, results, started, load)
+    results, workload, calibration = asyncio.run(
+        run(args.backends, workload, calibrate_rate=args.rate is None)
+    )
+    report = _report(workload, calibration, env, results, started, load)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))
     plotted = plot(results, workload.block_s, workload.slow_times(), args.plot)

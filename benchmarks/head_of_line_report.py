@@ -34,6 +34,7 @@ class Sample:
     output_tokens: int = 0
     finish_reason: str | None = None
     error: str | None = None
+    done_s: float | None = None  # from due time to its last output; None: it failed
 
     @property
     def other_s(self) -> float | None:

@@ -7,6 +7,7 @@ and both kinds of block replay exactly the same simple stream.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,25 @@ Schema = dict[str, Any]
 # Sampling seeds per round: the simple stream counts up from the round's
 # first, the slow requests take the round's last ones.
 SEEDS_PER_ROUND = 100_000
+# The simple stream's rate, when not given, is this share of the rate at
+# which the engine serves a burst of cache hits: low enough that a cache hit
+# is scheduled in the step after it arrives, so the blocks measure blocking,
+# not a queue that grows without any slow request (and the slow compiles'
+# own CPU still leaves the engine room).
+UTILIZATION = 0.5
+BURST_REQUESTS = 16
+CALIBRATION_SEED = 10 * SEEDS_PER_ROUND  # past any round's seeds
+
+
+def sustainable_rate(served_per_s: float, ceiling: float) -> float:
+    """The stream's rate for an engine that served a burst at ``served_per_s``.
+
+    ``UTILIZATION`` of it, in steps of 0.5 requests/s so a table reads
+    plainly, at least one step and at most ``ceiling``, the rate the
+    documented runs on a fast machine used.
+    """
+    steps = math.floor(served_per_s * UTILIZATION * 2) / 2
+    return min(ceiling, max(0.5, steps))
 
 
 class Kind(StrEnum):
@@ -138,6 +158,19 @@ class Workload:
         ]
         new = new_small_schema("warm-up")
         return [*arrivals, Arrival(0.5, Kind.NEW_SMALL, new, 8, seed=len(arrivals))]
+
+    def burst(self) -> list[Arrival]:
+        """Cache hits all due at once, the repeated schemas in turn: the engine's capacity."""
+        return [
+            Arrival(
+                0.0,
+                Kind.REPEATED,
+                REPEATED_SCHEMAS[index % len(REPEATED_SCHEMAS)],
+                self.simple_max_tokens,
+                seed=CALIBRATION_SEED + index,
+            )
+            for index in range(BURST_REQUESTS)
+        ]
 
     def _simple(self, round_index: int) -> list[Arrival]:
         rng = random.Random(self.seed + round_index)
