@@ -11,23 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from head_of_line_workload import (
-    BURST_REQUESTS,
-    REPEATED_SCHEMAS,
-    Kind,
-    Workload,
-    sustainable_rate,
-)
-
-WORKLOAD = Workload(
-    block_s=30.0,
-    rounds=2,
-    rate_per_s=8.0,
-    new_small_share=0.1,
-    slow_every_s=7.5,
-    slow_strings=(1, 2),
-    slow_max_length=300,
-)
+from bench_head_of_line import FULL as WORKLOAD
+from head_of_line_workload import BURST_REQUESTS, REPEATED_SCHEMAS, Kind, sustainable_rate
 
 
 def test_a_fast_engine_keeps_the_documented_rate() -> None:
