@@ -93,7 +93,7 @@ def grammars(long_base: int) -> tuple[Grammar, ...]:
 
 
 def build_engine() -> XGrammarEngine:
-    """As ``vllm_adapter.backend.build_engine`` does for a Hugging Face tokenizer."""
+    """As ``core.engine_factory.build_engine`` does for a Hugging Face tokenizer."""
     threads = max(1, os.cpu_count() or 1)
     return XGrammarEngine.for_hf_tokenizer(
         deepseek_tokenizer(), VOCAB_SIZE, compile_threads=threads

@@ -41,8 +41,9 @@ class Upgradable:
 def upgradable_cases(data_dir: Path | None = None) -> list[Upgradable]:
     """The collection schemas whose compact JSON keys routing would offer an upgrade."""
     from grammar_guard.core.errors import InvalidGrammarError
-    from grammar_guard.core.routing import route, slow_for_xgrammar, upgrade_target
+    from grammar_guard.core.routing import route, upgrade_target
     from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+    from grammar_guard.core.xgrammar_cost import slow_for_xgrammar
 
     data_dir = data_dir or default_data_dir()
     found = []
@@ -88,9 +89,9 @@ def write_instance(routed: Any, compiled: Any, case: Case, data: Any, *, valid: 
 
 
 def routed_engine() -> Any:
+    from grammar_guard.core.engine_factory import build_engine
     from grammar_guard.core.routing import RoutedEngine
     from grammar_guard.core.settings import EngineSelection
-    from grammar_guard.vllm_adapter.backend import build_engine
 
     tokenizer = load_tokenizer()
     engine = build_engine(tokenizer, len(tokenizer), selection=EngineSelection.AUTO)

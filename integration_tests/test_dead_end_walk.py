@@ -36,11 +36,11 @@ from grammar_guard.core.routing import (
     EngineName,
     RoutedEngine,
     route,
-    slow_for_xgrammar,
     upgrade_target,
 )
 from grammar_guard.core.settings import EngineSelection
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_cost import slow_for_xgrammar
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.demo.cases import LISTED_PATTERN_SCHEMA
 
@@ -159,7 +159,7 @@ class Engines:
 @pytest.fixture(scope="module")
 def engines() -> Engines:
     # The backend's own construction, for each engine alone and routed.
-    from grammar_guard.vllm_adapter.backend import build_engine
+    from grammar_guard.core.engine_factory import build_engine
 
     tokenizer = load_tokenizer()
     vocab_size = len(tokenizer)

@@ -26,11 +26,12 @@ from vllm.plugins import load_general_plugins
 load_general_plugins()
 load_general_plugins.__globals__["plugins_loaded"] = False
 load_general_plugins()  # vLLM may load plugins more than once per process
-from grammar_guard.vllm_adapter.patches import installed_patches
+from grammar_guard.vllm_adapter.patching import is_patched
+from grammar_guard.vllm_adapter.registration import installed_patches
 from vllm.sampling_params import SamplingParams
 method = SamplingParams._validate_structured_outputs
 print(json.dumps({"patches": installed_patches(),
-                  "wrapped_once": not hasattr(method.__wrapped__, "__grammar_guard_patch__")}))
+                  "wrapped_once": not is_patched(method.__wrapped__)}))
 """
 
 PARSE_CLI = """

@@ -27,10 +27,10 @@ from grammar_guard.core.inline_wait import InlineWaitBudget
 from grammar_guard.core.llguidance_engine import LLGuidanceMatcher
 from grammar_guard.core.mask_trial import PathRecorder
 from grammar_guard.core.metrics import LabelledCounter
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
 from grammar_guard.vllm_adapter import backend as backend_module
-from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar, build_engine
+from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 
 grammar_guard.register()
@@ -148,14 +148,22 @@ class _MistralVocab(MistralTokenizer):
 
 
 @pytest.mark.parametrize("tekken", [True, False])
-def test_mistral_tokenizers_get_an_engine_over_their_raw_vocabulary(tekken: bool) -> None:
+def test_mistral_tokenizers_get_an_engine_over_their_raw_vocabulary(
+    tekken: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     vocab = ["<unk>", "</s>", *"abc0123456789-"]
-    engine = build_engine(_MistralVocab(vocab, tekken=tekken), vocab_size=4096)
-    assert engine.vocab_size == len(vocab)
-    compiled = engine.compile(GrammarSpec.build(RequestKind.REGEX, "[a-c]{2}", CompileOptions()))
-    matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
-    assert all(matcher.accept_token(vocab.index(char)) for char in "ab")
-    assert matcher.accept_token(1) and matcher.is_terminated()
+    # Threads: worker processes would take seconds to start for this tiny compile.
+    monkeypatch.setenv("GRAMMAR_GUARD_COMPILE_ISOLATION", "thread")
+    mistral = GrammarGuardBackend(
+        _vllm_config(), tokenizer=_MistralVocab(vocab, tekken=tekken), vocab_size=4096
+    )
+    try:
+        assert mistral.vocab_size == len(vocab)  # the raw vocabulary's, not the model's
+        grammar = mistral.compile_grammar(StructuredOutputOptions.REGEX, "[a-c]{2}")
+        assert grammar.accept_tokens("r", [vocab.index(char) for char in "ab"])
+        assert grammar.accept_tokens("r", [1]) and grammar.is_terminated()
+    finally:
+        mistral.destroy()
 
 
 # --- admission: compiles never block vLLM's grammar thread --------------------------

@@ -329,7 +329,7 @@ def test_only_grammar_guard_runners_take_over(
     backend: str, plugin_applies: bool, sampling_runner: Callable[[Any], None]
 ) -> None:
     calls: list[str] = []
-    dispatch = apply_hook._dispatch_apply(lambda *args: calls.append("vllm"))
+    dispatch = apply_hook.dispatch_apply(lambda *args: calls.append("vllm"))
     sampling_runner(fake_runner(backend))
     scheduler_output, grammar_output, input_batch, logits = hook_inputs(1, 3, 64, torch.float32)
     before = apply_hook.applied_steps()
@@ -341,7 +341,7 @@ def test_only_grammar_guard_runners_take_over(
 @pytest.mark.seam
 def test_outside_sample_tokens_vllms_function_runs() -> None:
     calls: list[str] = []
-    dispatch = apply_hook._dispatch_apply(lambda *args: calls.append("vllm"))
+    dispatch = apply_hook.dispatch_apply(lambda *args: calls.append("vllm"))
     dispatch(None, None, None, torch.zeros(1, 32))
     assert calls == ["vllm"]
 
@@ -350,12 +350,14 @@ def test_outside_sample_tokens_vllms_function_runs() -> None:
 def test_install_is_idempotent() -> None:
     from vllm.v1.worker import gpu_model_runner
 
-    apply_hook.install_apply_hook()
+    from grammar_guard.vllm_adapter.registration import install, installed_patches
+
+    install()
     first = (gpu_model_runner.GPUModelRunner.sample_tokens, gpu_model_runner.apply_grammar_bitmask)
-    apply_hook.install_apply_hook()
+    install()
     second = (gpu_model_runner.GPUModelRunner.sample_tokens, gpu_model_runner.apply_grammar_bitmask)
     assert first == second
-    assert apply_hook.apply_hook_installed()
+    assert installed_patches()["bitmask_apply"]
     wrapped = gpu_model_runner.apply_grammar_bitmask.__wrapped__  # type: ignore[attr-defined]
     assert wrapped is vllm_utils.apply_grammar_bitmask
 

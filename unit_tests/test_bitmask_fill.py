@@ -77,6 +77,8 @@ class Clock:
 class FaultyMatcher:
     """A matcher whose fill always fails, as a native fault would."""
 
+    engine_name = "faulty"
+
     def accept_token(self, token_id: int) -> bool:
         return True
 
@@ -236,6 +238,8 @@ def test_the_previous_step_cost_picks_the_next_strategy(small: SmallTokenizer) -
 
 class TimedMatcher:
     """Batch fills that take ``seconds[threads]`` on a shared fake clock."""
+
+    engine_name = "timed"
 
     def __init__(self, clock: Clock, seconds: dict[int, float]) -> None:
         self.clock = clock
@@ -421,9 +425,7 @@ def test_hook_fills_what_vllm_fills_with_drafts_reasoning_and_terminated_grammar
     expected, expected_grammars = _run_step(small, DRAFT_CASES, _original(), diffusion)
     steps_before = fill_hook.counters.steps
 
-    actual, grammars = _run_step(
-        small, DRAFT_CASES, fill_hook._bitmask_fill(_original()), diffusion
-    )
+    actual, grammars = _run_step(small, DRAFT_CASES, fill_hook.bitmask_fill(_original()), diffusion)
 
     assert fill_hook.counters.steps == steps_before + 1
     assert actual.dtype == expected.dtype
@@ -440,7 +442,7 @@ def test_hook_fills_what_vllm_fills_with_drafts_reasoning_and_terminated_grammar
 def test_hook_fills_what_vllm_fills_in_steps_without_drafts(small: SmallTokenizer) -> None:
     cases = [(request_id, prefix, [], bounds) for request_id, prefix, _, bounds in DRAFT_CASES]
     expected, _ = _run_step(small, cases, _original(), diffusion=False)
-    actual, _ = _run_step(small, cases, fill_hook._bitmask_fill(_original()), diffusion=False)
+    actual, _ = _run_step(small, cases, fill_hook.bitmask_fill(_original()), diffusion=False)
     # Three drafts are configured: a 0.33 block is four rows even in a step without drafts.
     layout = installed_release().mask_layout
     num_rows = layout.total_rows(np.ones(len(cases), dtype=np.int64), 4)
@@ -451,7 +453,7 @@ def test_hook_fills_what_vllm_fills_in_steps_without_drafts(small: SmallTokenize
 @pytest.mark.seam
 def test_rows_still_reasoning_forbid_what_the_release_forbids(small: SmallTokenizer) -> None:
     case = next(case for case in DRAFT_CASES if case[0] == "still-reasoning")
-    bitmask, _ = _run_step(small, [case], fill_hook._bitmask_fill(_original()), diffusion=False)
+    bitmask, _ = _run_step(small, [case], fill_hook.bitmask_fill(_original()), diffusion=False)
     allowed = _allowed_tokens(bitmask[: 1 + len(case[2])], len(small.vocab))
     ends = set(_reasoning_ends(small, case[3]))
     forbidden = ends if installed_release().masks_reasoning_ends else set()
@@ -472,7 +474,7 @@ def test_hook_row_layout_follows_the_request_order(
     cases = [DRAFT_CASES[i] for i in (1, 0, 2)]
     cases = [cases[i] for i in order]
     expected, _ = _run_step(small, cases, _original(), diffusion=False)
-    actual, _ = _run_step(small, cases, fill_hook._bitmask_fill(_original()), diffusion=False)
+    actual, _ = _run_step(small, cases, fill_hook.bitmask_fill(_original()), diffusion=False)
     assert (actual == expected).all()
 
 
@@ -484,7 +486,7 @@ def test_other_backends_and_empty_batches_run_vllm_unchanged() -> None:
         calls.append(args)
         return "original"
 
-    hook = fill_hook._bitmask_fill(original)
+    hook = fill_hook.bitmask_fill(original)
     other = SimpleNamespace(backend=object())
     ours = SimpleNamespace(backend=object.__new__(GrammarGuardBackend))
 
@@ -495,14 +497,15 @@ def test_other_backends_and_empty_batches_run_vllm_unchanged() -> None:
 
 @pytest.mark.seam
 def test_install_wraps_once() -> None:
-    from grammar_guard.vllm_adapter.patches import install_patches, installed_patches
+    from grammar_guard.vllm_adapter.patching import is_patched
+    from grammar_guard.vllm_adapter.registration import install, installed_patches
 
-    install_patches()
+    install()
     wrapped = StructuredOutputManager.grammar_bitmask
-    fill_hook.install_fill_hook()
+    install()
     assert installed_patches()["bitmask_fill"]
     assert StructuredOutputManager.grammar_bitmask is wrapped
-    assert not hasattr(wrapped.__wrapped__, "__grammar_guard_patch__")  # type: ignore[attr-defined]
+    assert not is_patched(wrapped.__wrapped__)  # type: ignore[attr-defined]
 
 
 # --- the V2 model runner reads the hook's rows --------------------------------------------
@@ -603,7 +606,7 @@ def _expected_rows(small: SmallTokenizer, prefix: str, drafts: list[int]) -> lis
 def test_the_v2_runner_masks_each_position_with_its_own_row(
     small: SmallTokenizer, v2_worker: Callable[[int, int], Any], filled_by: str
 ) -> None:
-    fill = _original() if filled_by == "vllm" else fill_hook._bitmask_fill(_original())
+    fill = _original() if filled_by == "vllm" else fill_hook.bitmask_fill(_original())
     bitmask, _ = _run_step(small, V2_CASES, fill, diffusion=False)
     drafts = {request_id: _draft_ids(small, d) for request_id, _, d, _ in V2_CASES}
     drafts["free"] = [0] * V2_FREE_DRAFTS

@@ -1,4 +1,4 @@
-"""GrammarCache: every rule and gap of the compile-cache contract (CACHE_SEMANTICS.md).
+"""GrammarCache: every rule of the compile cache (docs/compile-cache.md) and its gaps.
 
 Time is a :class:`FakeClock` the tests move by hand; compiles run when the test
 says so (``ManualExecutor``) or on real threads held by gates. Nothing sleeps,

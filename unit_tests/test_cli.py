@@ -8,6 +8,8 @@ engine the server builds.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,8 +225,8 @@ def test_stats_without_a_folder_says_how_to_name_one(capsys: pytest.CaptureFixtu
 def test_the_engine_is_the_one_the_server_builds_for_the_model(tmp_path: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
+    from grammar_guard.core.engine_factory import build_engine
     from grammar_guard.demo.tiny_model import build_tiny_model
-    from grammar_guard.vllm_adapter.backend import build_engine
 
     model = build_tiny_model()
     config = json.loads((model / "config.json").read_text())
@@ -239,3 +241,16 @@ def test_a_model_that_cannot_be_loaded_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="cannot load the tokenizer"):
         missing = ModelArgs(model=str(tmp_path / "no-such-model"))
         load_engine(missing, unenforced=UnenforcedPolicy.WARN)
+
+
+def test_the_command_line_builds_its_engine_without_the_vllm_adapter() -> None:
+    # Only load_engine itself imports vLLM, to load the tokenizer as the server does.
+    code = (
+        "import sys, grammar_guard.cli.__main__, grammar_guard.cli.model, "
+        "grammar_guard.core.engine_factory\n"
+        "print([m for m in sys.modules if m.partition('.')[0] == 'vllm' "
+        "or m.startswith('grammar_guard.vllm_adapter')])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -9,11 +9,8 @@ import torch
 from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.llguidance_engine import (
-    EngineDoesNotSupport,
-    LLGuidanceEngine,
-    LLGuidanceMatcher,
-)
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceMatcher
+from grammar_guard.core.llguidance_rewrite import EngineDoesNotSupport
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 

@@ -9,7 +9,8 @@ import pytest
 from vllm.exceptions import VLLMValidationError
 
 import grammar_guard
-from grammar_guard.vllm_adapter.request_models import request_models, type_check_installed
+from grammar_guard.vllm_adapter.registration import install, installed_patches
+from grammar_guard.vllm_adapter.request_models import VALIDATOR, request_models
 
 grammar_guard.register()
 
@@ -46,14 +47,12 @@ def test_an_object_is_accepted(model: Any) -> None:
 
 
 def test_installing_twice_wraps_once() -> None:
-    from grammar_guard.vllm_adapter.request_models import VALIDATOR, install_type_check
-
     before = [
         model.__pydantic_decorators__.model_validators[VALIDATOR] for model in request_models()
     ]
-    install_type_check()
+    install()
     after = [
         model.__pydantic_decorators__.model_validators[VALIDATOR] for model in request_models()
     ]
     assert after == before
-    assert type_check_installed()
+    assert installed_patches()["structured_outputs_type_check"]

@@ -8,18 +8,14 @@ import pytest
 import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
-from grammar_guard.core.bitmask_fill import fill_by_engine
+from grammar_guard.core.engine_common import fill_by_engine
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.llguidance_engine import EngineDoesNotSupport, LLGuidanceEngine
-from grammar_guard.core.routing import (
-    EngineName,
-    RoutedEngine,
-    route,
-    slow_for_xgrammar,
-    xgrammar_over_constrains,
-)
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine
+from grammar_guard.core.llguidance_rewrite import EngineDoesNotSupport
+from grammar_guard.core.routing import EngineName, RoutedEngine, route
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_cost import slow_for_xgrammar, xgrammar_over_constrains
 
 PLAIN = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 LONG_STRING = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 200}}}

@@ -28,12 +28,10 @@ import pytest
 import xgrammar as xgr
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.schema_analysis import (
-    Finding,
-    analyze,
-    join_pointer,
-    pattern_problems,
-)
+from grammar_guard.core.schema.analysis import analyze
+from grammar_guard.core.schema.findings import Finding
+from grammar_guard.core.schema.pointers import join_pointer
+from grammar_guard.core.schema.regex_scan import pattern_problems
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_capabilities import (
     XGRAMMAR,

@@ -22,11 +22,12 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from vllm.tokenizers.mistral import MistralTokenizer
 
 from grammar_guard.core.engine import GrammarEngine, TokenMatcher
+from grammar_guard.core.engine_factory import build_engine
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.settings import EngineSelection
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import XGrammarEngine, hf_special_token_ids
-from grammar_guard.vllm_adapter.backend import build_engine
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.core.xgrammar_special_tokens import hf_special_token_ids
 
 VOCAB_SIZE = 129280
 
@@ -241,7 +242,7 @@ class _MistralVocab(MistralTokenizer):
 
 def test_a_mistral_tokenizers_control_tokens_stay_out_of_grammar_text() -> None:
     vocab = ["<unk>", "<s>", "</s>", "[INST]", "[TOOL_CALLS]", *'"abc']
-    engine = build_engine(_MistralVocab(vocab, [0, 1, 2, 3, 4]), vocab_size=len(vocab))
+    engine = build_engine(_MistralVocab(vocab, [0, 1, 2, 3, 4]), len(vocab), mistral=True)
     spec = CASES[1].spec  # the regex "[^"]*"
 
     def allowed(text: str) -> set[int]:

@@ -17,10 +17,10 @@ import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
 from grammar_guard.core.bitmask import words_per_row
-from grammar_guard.core.bitmask_fill import fill_by_engine
 from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS, CompileService
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
 from grammar_guard.core.engine import CompiledGrammar, CompilePlan, TokenMatcher
+from grammar_guard.core.engine_common import fill_by_engine
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds

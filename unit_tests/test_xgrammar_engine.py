@@ -13,16 +13,13 @@ import xgrammar as xgr
 
 from grammar_guard.core.bitmask import allocate_bitmask, words_per_row
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.schema_analysis import analyze
+from grammar_guard.core.grammar_text import grammar_is_lark
+from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
-from grammar_guard.core.xgrammar_engine import (
-    XGrammarEngine,
-    XGrammarMatcher,
-    _bounded_strings_as_json,
-    grammar_is_lark,
-)
+from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
+from grammar_guard.core.xgrammar_rewrite import bounded_strings_as_json
 
 if TYPE_CHECKING:
     from conftest import SmallTokenizer
@@ -688,7 +685,7 @@ def test_a_grammar_without_bounded_strings_is_used_as_xgrammar_built_it(
 ) -> None:
     grammar = xgrammar_schema_grammar(schema)
     assert BOUNDED_CLASS not in str(grammar)
-    assert _bounded_strings_as_json(grammar) is grammar  # not even parsed again
+    assert bounded_strings_as_json(grammar) is grammar  # not even parsed again
 
 
 ROUND_TRIP_SCHEMAS: list[tuple[str, dict[str, Any], list[str], list[str], str]] = [
@@ -798,7 +795,7 @@ def test_the_rewrite_changes_only_the_bounded_string_class(
     original = xgrammar_schema_grammar(schema)
     # What the rewrite relies on: printed EBNF parses back to itself.
     assert str(xgr.Grammar.from_ebnf(str(original))) == str(original)
-    rewritten = _bounded_strings_as_json(original)
+    rewritten = bounded_strings_as_json(original)
     assert str(rewritten) == str(original).replace(BOUNDED_CLASS, JSON_CLASS)
     for text in good:
         assert fully_accepts(original, text), f"{text!r} should match"
@@ -814,7 +811,7 @@ def test_the_class_text_inside_a_literal_is_left_alone() -> None:
     # A literal can hold the very text of the class; only the class is rewritten.
     grammar = xgr.Grammar.from_ebnf(f'root ::= "{BOUNDED_CLASS}" {BOUNDED_CLASS}')
     literal = '[^"\\\r\n]'
-    rewritten = _bounded_strings_as_json(grammar)
+    rewritten = bounded_strings_as_json(grammar)
     assert str(rewritten).count(BOUNDED_CLASS) == 1
     assert fully_accepts(rewritten, literal + "a")
     assert not fully_accepts(rewritten, literal + "\t")

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote
 
+from grammar_guard.core.schema.pointers import MISSING, resolve_pointer
+
 # Nodes visited per lookup at most: schemas can be large and self-referencing.
 _MAX_NODES = 256
 _ALTERNATIVES = ("anyOf", "oneOf")
@@ -106,21 +108,9 @@ class SchemaNavigator:
     def _resolve(self, reference: Any) -> Any:
         if not isinstance(reference, str) or not reference.startswith("#"):
             return None
-        node = self._root
-        pointer = unquote(reference[1:])
-        if not pointer:
-            return node
-        if not pointer.startswith("/"):
-            return None  # an anchor
-        for raw in pointer[1:].split("/"):
-            part = raw.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node
+        # An anchor, or a pointer to nothing, resolves to MISSING.
+        node = resolve_pointer(self._root, unquote(reference[1:]))
+        return None if node is MISSING else node
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""vllm-grammar-guard: a structured-output backend for vLLM built on xgrammar.
+"""vllm-grammar-guard: a structured-output backend for vLLM on xgrammar and llguidance.
 
 Importing this package has no side effects on vLLM; :func:`register` (the
 ``vllm.general_plugins`` entry point) is what installs the backend.

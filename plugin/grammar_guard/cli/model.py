@@ -35,9 +35,10 @@ def load_engine(args: ModelArgs, *, unenforced: UnenforcedPolicy) -> GrammarEngi
     # vLLM is imported here, not at module level: ``stats`` never needs it.
     from vllm.config import ModelConfig
     from vllm.tokenizers import cached_tokenizer_from_config
+    from vllm.utils.mistral import is_mistral_tokenizer
 
+    from grammar_guard.core.engine_factory import build_engine
     from grammar_guard.core.settings import engine_selection_from_env
-    from grammar_guard.vllm_adapter.backend import build_engine
 
     try:
         config = ModelConfig(
@@ -54,6 +55,7 @@ def load_engine(args: ModelArgs, *, unenforced: UnenforcedPolicy) -> GrammarEngi
     return build_engine(
         tokenizer,
         config.get_vocab_size(),
+        mistral=is_mistral_tokenizer(tokenizer),
         unenforced=unenforced,
         selection=engine_selection_from_env(),
     )

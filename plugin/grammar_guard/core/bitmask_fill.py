@@ -6,23 +6,10 @@ filler picks a strategy from the batch size and from what filling cost on the
 previous step, so a step of simple grammars pays no thread overhead and a
 step inside long bounded strings gets every core.
 
-Measured on this project's 2-core VM on 2026-11-30 (129,280-token
-vocabulary, xgrammar 0.2.8, median microseconds per step of one run; "easy"
-rows are a JSON enum/integer object at ~3 us each, "hard" rows sit inside a
-``"maxLength": 300`` string at ~180-400 us each)::
-
-    rows                per-row loop   batch, 1 thread   batch, 2 threads   Python pool, 2
-    64 easy                      188               154                221              240
-    128 easy                     382               308                380              426
-    1 hard                       176               174                224              213
-    2 hard                       352               342                464              421
-    1 hard + 127 easy            563               568               1045              629
-    4 hard + 28 easy             801               838               3989              955
-    8 hard                      1415              1524               2289             1532
-    32 hard                    13305              9915               6680             6815
-
-An earlier run, with less else on the machine: 1 easy row 2.9 / 3.3 / 89.8
-(loop / batch / 2 threads), 8 easy 34 / 26 / 113, 8 hard 2399 / 2193 / 1041.
+Why these strategies and thresholds, from measurements on a 2-core machine
+with the 129,280-token vocabulary ("easy" rows are a JSON enum/integer
+object at ~3 us each, "hard" rows sit inside a ``"maxLength": 300`` string
+at ~180-400 us each; current figures in docs/benchmarks.md, "Bitmask fill"):
 
 - One native batch call on one thread is 10-20% faster than a per-row loop
   on cheap rows (no Python call per row) and within noise (+-8%) on costly
@@ -51,14 +38,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from grammar_guard.core.engine_common import fill_by_engine
+
 if TYPE_CHECKING:
     import torch
 
     from grammar_guard.core.engine import TokenMatcher
 
 # Estimated sequential fill work of a step above which a multi-threaded batch
-# fill wins despite its fixed cost (see the table above: it loses at ~0.6 ms
-# of work and wins clearly from ~2 ms).
+# fill wins despite its fixed cost (measured: it loses at ~0.6 ms of work and
+# wins clearly from ~2 ms).
 PARALLEL_MIN_WORK_S = 1.5e-3
 # What a row is assumed to cost before any step was measured: a simple grammar.
 INITIAL_ROW_COST_S = 3e-6
@@ -195,20 +184,3 @@ def _fill_batch(
 def _fill_each(bitmask: torch.Tensor, fills: Sequence[RowFill]) -> None:
     for fill in fills:
         fill.target.fill_bitmask(bitmask, fill.row)
-
-
-def fill_by_engine(
-    matchers: Sequence[TokenMatcher],
-    bitmask: torch.Tensor,
-    rows: Sequence[int],
-    *,
-    threads: int,
-) -> None:
-    """Batch-fill rows whose matchers may come from several engines: one call per engine."""
-    groups: dict[type, tuple[list[TokenMatcher], list[int]]] = {}
-    for matcher, row in zip(matchers, rows, strict=True):
-        group_matchers, group_rows = groups.setdefault(type(matcher), ([], []))
-        group_matchers.append(matcher)
-        group_rows.append(row)
-    for group_matchers, group_rows in groups.values():
-        group_matchers[0].fill_batch(group_matchers, bitmask, group_rows, threads=threads)

@@ -1,6 +1,6 @@
 """The compile cache: one compile per key, bounded waits, timeout markers, a memory bound.
 
-Every rule of ``CACHE_SEMANTICS.md`` lives here, host-agnostic:
+Every rule of the compile cache (docs/compile-cache.md) lives here, host-agnostic:
 
 - A request for a key gets an :class:`Admission` whose ``future`` resolves
   exactly once: to the compiled value, or to the error that ends the request

@@ -250,7 +250,7 @@ class CompileService:
         self._plan = planner(engine)
         self._watcher = DeadlineWatcher(clock)
         self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
-            self._fill,
+            self._load_or_compile,
             self._pool.isolated,
             settings,
             size_of=lambda compiled: compiled.memory_bytes,
@@ -327,8 +327,8 @@ class CompileService:
         small = len(spec.text) < QUICK_LANE_MAX_CHARS
         return self._pool.quick if small and self._plan(spec).quick else self._pool.isolated
 
-    def _fill(self, spec: GrammarSpec) -> CompiledGrammar:
-        """The cache's compile function; runs on the compile pool."""
+    def _load_or_compile(self, spec: GrammarSpec) -> CompiledGrammar:
+        """The cache's compile function, run on the compile pool: the stored copy, or a compile."""
         store = self.store
         if store is not None and (loaded := store.load(spec)) is not None:
             return loaded

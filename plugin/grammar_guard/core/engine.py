@@ -1,11 +1,13 @@
-"""The seam between the backend and a grammar library.
+"""The seam between the plugin and its grammar libraries.
 
-Everything above this interface (cache, hosts, bitmask handling) is written
-against these protocols; each grammar library (xgrammar, llguidance) lives
-entirely in its own module below it, and ``routing`` puts both behind one
-engine. All engines fill the same bitmask layout: one int32
-row per sequence, bit ``t % 32`` of word ``t // 32`` set when token ``t`` is
-allowed.
+Everything above these protocols (cache, compilers, hosts, bitmask
+handling) is written against them. Each grammar library, xgrammar and
+llguidance, sits below them in its own engine module (its binding) and its
+own rewrite module (what it makes of a request's text); what both do alike
+is in :mod:`grammar_guard.core.engine_common`, and
+:mod:`grammar_guard.core.routing` puts both behind one engine. All engines
+fill the same bitmask layout: one int32 row per sequence, bit ``t % 32`` of
+word ``t // 32`` set when token ``t`` is allowed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from grammar_guard.core.settings import UnenforcedPolicy
 if TYPE_CHECKING:
     import torch
 
-    from grammar_guard.core.schema_analysis import Finding
+    from grammar_guard.core.schema.findings import Finding
     from grammar_guard.core.spec import GrammarSpec
 
 
@@ -37,6 +39,11 @@ class CompiledGrammar(Protocol):
 
 class TokenMatcher(Protocol):
     """One request's position in a compiled grammar."""
+
+    @property
+    def engine_name(self) -> str:
+        """The engine that made it, as its grammar's ``engine_name``: batch fills group by it."""
+        ...
 
     def accept_token(self, token_id: int) -> bool: ...
 
@@ -58,10 +65,23 @@ class TokenMatcher(Protocol):
     ) -> None:
         """Fill ``rows[i]`` for ``matchers[i]`` in one call, on up to ``threads`` threads.
 
-        The matchers must all come from this matcher's engine. Raises on any
-        failure, possibly after some rows were written.
+        The matchers all have this matcher's ``engine_name``
+        (:func:`~grammar_guard.core.engine_common.fill_by_engine` groups them
+        so). Raises on any failure, possibly after some rows were written.
         """
         ...
+
+
+class MatcherWrapper:
+    """Base of matchers that keep records around another one and fill exactly as it does.
+
+    A batch fill takes ``inner`` in the wrapper's place, so the wrapped
+    request is filled in the same call as the rest of its engine's rows. A
+    plain class, not a protocol: the check runs for every row of every step,
+    and a runtime protocol check costs about 20 microseconds.
+    """
+
+    inner: TokenMatcher
 
 
 class EngineRecipe(Protocol):
@@ -108,11 +128,12 @@ class GrammarEngine(Protocol):
 
     @property
     def fingerprint(self) -> str:
-        """Names the tokenizer vocabulary and library format a serialised grammar is bound to.
+        """Names what a serialised grammar is bound to: vocabulary, library format, policy.
 
         Two engines with equal fingerprints can load each other's
         serialised grammars; any difference (another tokenizer, another
-        library release) gives another fingerprint.
+        library release, another unenforced policy or input rewrite) gives
+        another fingerprint.
         """
         ...
 

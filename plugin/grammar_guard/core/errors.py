@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from grammar_guard.core.schema_analysis import Finding
+    from grammar_guard.core.schema.findings import Finding
 
 # Long reasons are cut so a rejected megabyte schema is never echoed back.
 MAX_REASON_CHARS = 400
@@ -36,7 +36,7 @@ class UnenforcedKeywordError(InvalidGrammarError):
     """The schema asks for constraints the grammar engine would silently not enforce.
 
     ``findings`` lists each one (``.keyword``, ``.pointer``, ``.label``,
-    ``.reason``; see :class:`grammar_guard.core.schema_analysis.Finding`); the
+    ``.reason``; see :class:`grammar_guard.core.schema.findings.Finding`); the
     reason names as many as fit and says how to accept them anyway.
     """
 

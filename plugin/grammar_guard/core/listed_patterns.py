@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grammar_guard.core.schema_analysis import subschemas
+from grammar_guard.core.schema.vocabulary import subschemas
 
 # ECMA-262's syntax characters: any other character outside a class stands
 # for itself, and these do so only escaped (as does "/").

@@ -1,53 +1,42 @@
-"""The llguidance implementation of :mod:`grammar_guard.core.engine`.
+"""The llguidance implementation of :mod:`grammar_guard.core.engine`: the library binding.
 
-This is the only module that touches llguidance types. llguidance builds its
-lexer lazily, so a "compile" is cheap (milliseconds where xgrammar may take
-seconds); what is cached is a matcher at the start of the grammar, which each
-request deep-copies. The JSON-Schema compiler is strict: a keyword it does
-not implement, or a ``format`` it does not know, is an error, never a
-silently dropped constraint; only the warn policy makes it lenient.
+What llguidance is given for a request is decided in
+:mod:`grammar_guard.core.llguidance_rewrite`; this module compiles,
+serialises and matches. llguidance builds its lexer lazily, so a "compile"
+is cheap (milliseconds where xgrammar may take seconds); what is cached is
+a matcher at the start of the grammar, which each request deep-copies.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.metadata
 import json
-import re
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from copy import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import llguidance
 import llguidance.torch as llguidance_torch
 import numpy as np
 
-from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.listed_patterns import fold_listed_patterns
-from grammar_guard.core.schema_analysis import (
-    SCHEMA_LISTS,
-    SCHEMA_MAPS,
-    SCHEMA_VALUES,
-    Finding,
-    PatternSupport,
-    join_pointer,
-    pattern_problems,
-    subschemas,
+from grammar_guard.core.engine_common import (
+    compile_failure,
+    engine_fingerprint,
+    require_a_first_token,
 )
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.llguidance_rewrite import GRAMMAR_REWRITES, validated
 from grammar_guard.core.settings import UnenforcedPolicy
-from grammar_guard.core.spec import GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import grammar_is_lark
 
 if TYPE_CHECKING:
     import torch
 
     from grammar_guard.core.engine import TokenMatcher
+    from grammar_guard.core.schema.findings import Finding
+    from grammar_guard.core.spec import GrammarSpec
 
-# How llguidance's strict JSON compiler names what it would not enforce.
-_UNIMPLEMENTED_KEYS = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
-_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+ENGINE_NAME = "llguidance"
 # llguidance logs grammar warnings itself at level 1; the reasons reach the
 # client through our errors instead.
 _SILENT = 0
@@ -57,14 +46,7 @@ _SILENT = 0
 # a 560 kB enum. The lexer states built while decoding are bounded by
 # llguidance's own limits.
 _BASE_BYTES = 32 * 1024
-# Goes into the fingerprint: a grammar stored before a schema rewrite existed
-# (listed_patterns.py) must not be loaded by an engine that applies it.
-_GRAMMAR_REWRITES = "listed-pattern-properties-folded"
 _BYTES_PER_GRAMMAR_CHAR = 16
-
-
-class EngineDoesNotSupport(InvalidGrammarError):
-    """This engine cannot take this kind of request at all (another engine may)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +61,7 @@ class LLGuidanceCompiled:
 
     @property
     def engine_name(self) -> str:
-        return "llguidance"
+        return ENGINE_NAME
 
 
 class LLGuidanceMatcher:
@@ -93,6 +75,8 @@ class LLGuidanceMatcher:
     """
 
     __slots__ = ("_cleared", "_ended", "_ends", "_eos_ids", "_matcher")
+
+    engine_name = ENGINE_NAME
 
     def __init__(
         self,
@@ -175,9 +159,7 @@ class LLGuidanceMatcher:
         *,
         threads: int,
     ) -> None:
-        own = [m for m in matchers if isinstance(m, LLGuidanceMatcher)]
-        if len(own) != len(matchers):
-            raise TypeError("llguidance can only batch-fill its own matchers")
+        own = cast("Sequence[LLGuidanceMatcher]", matchers)
         llguidance_torch.fill_next_token_bitmask_par(
             _executor(threads),
             [(m._matcher, row) for m, row in zip(own, rows, strict=True)],
@@ -305,11 +287,7 @@ class LLGuidanceEngine:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(self._identity.encode())
-        digest.update(importlib.metadata.version("llguidance").encode())
-        digest.update(self._unenforced.value.encode())
-        digest.update(_GRAMMAR_REWRITES.encode())
-        return "llguidance-" + digest.hexdigest()[:32]
+        return engine_fingerprint(ENGINE_NAME, self._identity, self._unenforced, GRAMMAR_REWRITES)
 
     @functools.cached_property
     def _identity(self) -> str:
@@ -342,16 +320,12 @@ class LLGuidanceEngine:
         spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
     ) -> tuple[Finding, ...]:
         """Parse ``spec`` without a tokenizer; raise :class:`InvalidGrammarError` if invalid."""
-        return _validated(spec, unenforced)[1]
+        return validated(spec, unenforced)[1]
 
     def compile(self, spec: GrammarSpec) -> LLGuidanceCompiled:
-        grammar, _ = _validated(spec, self._unenforced)
+        grammar, _ = validated(spec, self._unenforced)
         compiled = self._start(grammar, spec.kind.value)
-        if not self._allows_a_first_token(compiled):
-            raise InvalidGrammarError(
-                f"{spec.kind.value} allows no output at all: it is unsatisfiable, "
-                "or needs characters no token of this model can write"
-            )
+        require_a_first_token(spec, self._allows_a_first_token(compiled))
         return compiled
 
     def new_matcher(
@@ -370,7 +344,7 @@ class LLGuidanceEngine:
     def _start(self, grammar: str, what: str) -> LLGuidanceCompiled:
         matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=_SILENT)
         if matcher.is_error():
-            raise InvalidGrammarError(f"{what} failed to compile: {matcher.get_error()}")
+            raise compile_failure(what, matcher.get_error())
         return LLGuidanceCompiled(grammar, matcher)
 
     def _allows_a_first_token(self, compiled: LLGuidanceCompiled) -> bool:
@@ -380,182 +354,3 @@ class LLGuidanceEngine:
         bitmask = llguidance_torch.allocate_token_bitmask(1, self.vocab_size)
         llguidance_torch.fill_next_token_bitmask(matcher, bitmask, 0)
         return bool(bitmask.any()) and not matcher.is_error()
-
-
-def _validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
-    """The grammar llguidance compiles for ``spec``, and what it leaves unenforced."""
-    inexact = _loosened_constraints(spec)
-    if inexact and unenforced is UnenforcedPolicy.REFUSE:
-        raise UnenforcedKeywordError(spec.kind.value, inexact)
-    grammar = _grammar(spec, lenient=False)
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
-    if not is_error:
-        return grammar, inexact
-    reason = messages[0] if messages else "invalid grammar"
-    findings = _unenforced_findings(reason)
-    if not findings:
-        raise InvalidGrammarError(f"invalid {spec.kind.value}: {reason}")
-    if unenforced is UnenforcedPolicy.REFUSE:
-        raise UnenforcedKeywordError(spec.kind.value, findings)
-    grammar = _grammar(spec, lenient=True)
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
-    if is_error:
-        raise InvalidGrammarError(f"invalid {spec.kind.value}: {messages[0]}")
-    return grammar, inexact + findings
-
-
-def _loosened_constraints(spec: GrammarSpec) -> tuple[Finding, ...]:
-    """The formats and patterns llguidance accepts but writes looser than JSON Schema means."""
-    if spec.kind is not RequestKind.JSON_SCHEMA:
-        return ()
-    found: list[Finding] = []
-    pending: list[tuple[Any, str]] = [(json.loads(spec.text), "")]
-    while pending:
-        node, pointer = pending.pop()
-        if not isinstance(node, dict):
-            continue
-        found.extend(_loose_format(node, pointer))
-        found.extend(_loose_patterns(node, pointer))
-        pending.extend(subschemas(node, pointer))
-    return tuple(found)
-
-
-def _loose_format(node: dict[str, Any], pointer: str) -> Iterator[Finding]:
-    value = node.get("format")
-    if isinstance(value, str) and value in _INEXACT_FORMATS:
-        reason = f"llguidance accepts some invalid values: {_INEXACT_FORMATS[value]}"
-        yield Finding("format", join_pointer(pointer, "format"), value, reason)
-
-
-def _loose_patterns(node: dict[str, Any], pointer: str) -> Iterator[Finding]:
-    pattern = node.get("pattern")
-    if isinstance(pattern, str) and (problems := pattern_problems(pattern, _PATTERNS)):
-        yield Finding("pattern", join_pointer(pointer, "pattern"), None, "; ".join(problems))
-    names = node.get("patternProperties")
-    for name in names if isinstance(names, dict) else ():
-        if problems := pattern_problems(name, _PATTERNS):
-            where = join_pointer(pointer, "patternProperties", name)
-            yield Finding("patternProperties", where, None, "; ".join(problems))
-
-
-def _unenforced_findings(reason: str) -> tuple[Finding, ...]:
-    # llguidance names the keywords but not where they are.
-    keys = _UNIMPLEMENTED_KEYS.search(reason)
-    if keys:
-        names = json.loads(f"[{keys.group(1)}]")
-        return tuple(
-            Finding(str(name), "", reason="llguidance does not implement it") for name in names
-        )
-    unknown = _UNKNOWN_FORMAT.search(reason)
-    if unknown:
-        return (Finding("format", "", unknown.group(1), "llguidance does not know this format"),)
-    return ()
-
-
-def _grammar(spec: GrammarSpec, *, lenient: bool) -> str:
-    try:
-        return _BUILDERS[spec.kind](spec, lenient)
-    except InvalidGrammarError:
-        raise
-    except Exception as exc:  # the converters raise ValueError and friends
-        raise InvalidGrammarError(f"invalid {spec.kind.value}: {exc}") from exc
-
-
-def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
-    closed = closed_like_xgrammar(json.loads(schema))
-    fold_listed_patterns(closed)  # after closing: an allOf it adds would leave members open
-    options: dict[str, Any] = {
-        "whitespace_flexible": spec.options.any_whitespace,
-        "item_separator": ",",
-        "key_separator": ":",
-        "lenient": lenient,
-    }
-    return str(llguidance.LLMatcher.grammar_from_json_schema(json.dumps(closed), overrides=options))
-
-
-def closed_like_xgrammar(schema: Any) -> Any:
-    """``schema`` with objects and tuples closed where xgrammar's strict mode closes them.
-
-    xgrammar (as grammar-guard runs it) allows no property beyond those an
-    object schema lists, and no item beyond a tuple's ``prefixItems``, unless
-    the schema says otherwise; llguidance follows JSON Schema and allows
-    them. Closed the same way, a request gets the same output language
-    whichever engine serves it, and a weak model cannot pad an object with
-    invented keys. The members of an ``allOf``, and a schema next to one,
-    are left open: closing them would forbid the properties the other
-    members add.
-    """
-    return _closed(schema, in_all_of=False)
-
-
-def _closed(node: Any, *, in_all_of: bool) -> Any:
-    if not isinstance(node, dict):
-        return node
-    result = {key: _closed_child(key, value) for key, value in node.items()}
-    if not in_all_of and "allOf" not in node:
-        if "properties" in node and not _OPENING_OBJECT_KEYWORDS & node.keys():
-            result["additionalProperties"] = False
-        if "prefixItems" in node and not _OPENING_ARRAY_KEYWORDS & node.keys():
-            result["items"] = False
-    return result
-
-
-def _closed_child(keyword: str, value: Any) -> Any:
-    if keyword in SCHEMA_MAPS and isinstance(value, dict):
-        return {name: _closed(item, in_all_of=False) for name, item in value.items()}
-    if keyword in SCHEMA_LISTS and isinstance(value, list):
-        in_all_of = keyword == "allOf"
-        return [_closed(item, in_all_of=in_all_of) for item in value]
-    if keyword in SCHEMA_VALUES:
-        return _closed(value, in_all_of=False)
-    return value  # a value (enum, const, default...), not a schema
-
-
-# Formats llguidance 1.7 accepts values of that the format forbids, found by
-# the JSON-Schema-Test-Suite (benchmarks/coverage): refused like the keywords
-# it does not implement, so that no constraint is silently loosened.
-_INEXACT_FORMATS = {
-    "date": "February 29 of years that are not leap years",
-    "date-time": "leap seconds at any minute",
-    "time": "leap seconds at any minute",
-    "hostname": "names longer than 255 characters",
-}
-# What llguidance's ECMA-262 patterns get right: JSON escapes are written as
-# escapes, and it refuses lookarounds and inner anchors itself; but its \s
-# is Rust's, which leaves out U+FEFF, so \S lets the BOM through.
-_PATTERNS = PatternSupport(
-    lookaround=True,
-    inner_anchors=True,
-    unicode_whitespace=False,
-    escapes_json_specials=True,
-)
-_OPENING_OBJECT_KEYWORDS = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
-_OPENING_ARRAY_KEYWORDS = {"items", "additionalItems", "unevaluatedItems"}
-
-
-def _regex(regex: str) -> str:
-    # ASCII \d and \w, as xgrammar reads them: a request means the same
-    # whichever engine serves it.
-    return str(
-        llguidance.LLMatcher.grammar_from_lark(f"start: /{llguidance.regex_to_lark(regex, 'dw')}/")
-    )
-
-
-def _lark_or_gbnf(spec: GrammarSpec, lenient: bool) -> str:
-    kind = "lark" if grammar_is_lark(spec.text) else "gbnf"
-    return llguidance.grammar_from(kind, spec.text)
-
-
-def _not_supported(spec: GrammarSpec, lenient: bool) -> str:
-    raise EngineDoesNotSupport(f"llguidance does not take {spec.kind.value} requests here")
-
-
-_BUILDERS: dict[RequestKind, Callable[[GrammarSpec, bool], str]] = {
-    RequestKind.JSON_SCHEMA: lambda spec, lenient: _json_schema(spec.text, spec, lenient),
-    RequestKind.JSON_OBJECT: lambda spec, lenient: _json_schema('{"type":"object"}', spec, lenient),
-    RequestKind.REGEX: lambda spec, lenient: _regex(spec.text),
-    RequestKind.CHOICE: lambda spec, lenient: llguidance.grammar_from("choice", spec.text),
-    RequestKind.GRAMMAR: _lark_or_gbnf,
-    # Structural tags stay with xgrammar, which implements vLLM's whole format.
-    RequestKind.STRUCTURAL_TAG: _not_supported,
-}

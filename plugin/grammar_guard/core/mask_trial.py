@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.bitmask import allocate_bitmask
-from grammar_guard.core.bitmask_fill import fill_by_engine
+from grammar_guard.core.engine import MatcherWrapper
+from grammar_guard.core.engine_common import fill_by_engine
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +48,7 @@ class RecordedPath:
         return copy
 
 
-class PathRecorder:
+class PathRecorder(MatcherWrapper):
     """A matcher that writes the tokens it accepts into a :class:`RecordedPath`."""
 
     def __init__(self, inner: TokenMatcher, path: RecordedPath) -> None:
@@ -55,6 +56,10 @@ class PathRecorder:
         self._path = path
         # Accepted and not rolled back, counting those past MAX_PATH_TOKENS.
         self._depth = 0
+
+    @property
+    def engine_name(self) -> str:
+        return self.inner.engine_name
 
     def accept_token(self, token_id: int) -> bool:
         accepted = self.inner.accept_token(token_id)
@@ -93,8 +98,7 @@ class PathRecorder:
         *,
         threads: int,
     ) -> None:
-        inners = [m.inner if isinstance(m, PathRecorder) else m for m in matchers]
-        fill_by_engine(inners, bitmask, rows, threads=threads)
+        fill_by_engine(matchers, bitmask, rows, threads=threads)  # it fills their inner matchers
 
 
 def fill_seconds(

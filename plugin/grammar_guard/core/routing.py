@@ -9,9 +9,11 @@ same in every process and for every request of a key:
    which names where in the schema each keyword is.
 2. Among candidates, xgrammar is preferred (its typical mask is the faster),
    unless the spec holds a string length or repetition bound that makes
-   xgrammar's compile slow (:func:`slow_for_xgrammar`), where llguidance
+   xgrammar's compile slow
+   (:func:`~grammar_guard.core.xgrammar_cost.slow_for_xgrammar`), where llguidance
    compiles in about a millisecond, or a construct whose valid values
-   xgrammar partly refuses (:func:`xgrammar_over_constrains`).
+   xgrammar partly refuses
+   (:func:`~grammar_guard.core.xgrammar_cost.xgrammar_over_constrains`).
 
 Inside the engine core the decision is a :class:`CompilePlan`, made once per
 key and carried to wherever the key compiles: which engine compiles it,
@@ -29,67 +31,41 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
-import json
 import logging
-import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grammar_guard.core.engine import CompilePlan
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
-from grammar_guard.core.schema_analysis import subschemas, type_set
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
-from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.core.xgrammar_cost import (
+    slow_for_xgrammar,
+    xgrammar_compile_estimate_s,
+    xgrammar_over_constrains,
+)
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
-    from grammar_guard.core.schema_analysis import Finding
+    from grammar_guard.core.schema.findings import Finding
 
-# xgrammar unrolls a bounded string into one rule per character and checks
-# every token of the vocabulary against each. Measured on a 129k-token
-# vocabulary: about 20 ms per unit of maxLength (150 ms at 8, 1.4 s at 64,
-# seconds beyond), about 1.5 ms per unit of a regex repetition count, and
-# nothing measurable for maxItems. llguidance builds its lexer lazily and
-# compiles any of these in about a millisecond.
-SLOW_STRING_LENGTH = 8
-SLOW_REPEAT_COUNT = 64
-# Large grammars of any shape: xgrammar took 20 ms for a 30 kB enum, 0.4 s
-# for 120 kB and tens of seconds for 560 kB, llguidance 0.14 s for 560 kB.
-SLOW_SPEC_CHARS = 64 * 1024
-# Below this size, and without those bounds, an xgrammar compile takes
-# milliseconds (it took 20 ms for a 30 kB enum): quick enough to run in a
-# thread rather than in a killable worker process.
+# Below this size, and without the bounds slow_for_xgrammar looks for, an
+# xgrammar compile takes milliseconds (it took 20 ms for a 30 kB enum): quick
+# enough to run in a thread rather than in a killable worker process.
 QUICK_SPEC_CHARS = 16 * 1024
-_STRING_BOUNDS = ("maxLength", "minLength")
-# The longest xgrammar compile a background upgrade may cost, by the figures
-# above: seconds of one core at the lowest priority, and a grammar whose size
-# grows with it (12 MiB for strings of 1000 and 2000 characters). Beyond
-# this a key stays on llguidance.
+# The longest xgrammar compile a background upgrade may cost, by
+# xgrammar_compile_estimate_s: seconds of one core at the lowest priority, and
+# a grammar whose size grows with it (12 MiB for strings of 1000 and 2000
+# characters). Beyond this a key stays on llguidance.
 UPGRADE_MAX_COMPILE_S = 10.0
-_STRING_UNIT_S = 0.02
-_REPEAT_UNIT_S = 0.0015
 _REMEMBERED_ROUTES = 1024
 # How llguidance says it proved a schema allows nothing.
 _UNSATISFIABLE = "Unsatisfiable schema"
-# {n}, {n,} and {n,m} in a regex or a pattern.
-_REGEX_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
-# Keywords that say nothing about a value: a schema of only these admits any.
-_ANNOTATIONS = frozenset(
-    {"title", "description", "$schema", "$id", "$comment", "default", "examples", "deprecated"}
-)
-# Keywords that give an object's or an array's members their shape.
-_OBJECT_SHAPE = frozenset(
-    {"properties", "patternProperties", "additionalProperties", "unevaluatedProperties"}
-    | {"propertyNames", "$ref", "allOf", "anyOf", "oneOf", "enum", "const"}
-)
-_ARRAY_SHAPE = frozenset(
-    {"items", "prefixItems", "contains", "$ref", "allOf", "anyOf", "oneOf", "enum", "const"}
-)
 
 
 class EngineName(enum.Enum):
@@ -177,131 +153,6 @@ _ENGINE_TYPES: dict[EngineName, type[XGrammarEngine] | type[LLGuidanceEngine]] =
 
 def _check(engine: EngineName, spec: GrammarSpec, unenforced: UnenforcedPolicy) -> Route:
     return Route(engine, _ENGINE_TYPES[engine].check(spec, unenforced=unenforced))
-
-
-def slow_for_xgrammar(spec: GrammarSpec) -> bool:
-    """Whether ``spec`` is large, or bounds a string or a repetition: slow for xgrammar."""
-    if len(spec.text) >= SLOW_SPEC_CHARS:
-        return True
-    if spec.kind is RequestKind.JSON_SCHEMA:
-        return _schema_is_slow(json.loads(spec.text))
-    if spec.kind in (RequestKind.REGEX, RequestKind.GRAMMAR):
-        return _repeats_are_slow(spec.text)
-    return False
-
-
-def xgrammar_compile_estimate_s(spec: GrammarSpec) -> float:
-    """Roughly how long xgrammar compiles ``spec`` on a large vocabulary, from its bounds."""
-    if spec.kind is RequestKind.JSON_SCHEMA:
-        strings, repeats = _schema_bounds(json.loads(spec.text))
-    elif spec.kind in (RequestKind.REGEX, RequestKind.GRAMMAR):
-        strings, repeats = 0, _repeat_total(spec.text)
-    else:
-        strings, repeats = 0, 0
-    return strings * _STRING_UNIT_S + repeats * _REPEAT_UNIT_S
-
-
-def _schema_bounds(node: Any) -> tuple[int, int]:
-    """The sums of the string length bounds and of the pattern repeat counts in a schema."""
-    strings = repeats = 0
-    for keyword, value in _bounds_in(node):
-        if keyword == "pattern":
-            repeats += _repeat_total(value)
-        else:
-            strings += int(min(value, 1 << 31))
-    return strings, repeats
-
-
-def _repeat_total(text: str) -> int:
-    return sum(int(m.group(2) or m.group(1)) for m in _REGEX_REPEAT.finditer(text))
-
-
-def _schema_is_slow(node: Any) -> bool:
-    return any(
-        _repeats_are_slow(value) if keyword == "pattern" else value >= SLOW_STRING_LENGTH
-        for keyword, value in _bounds_in(node)
-    )
-
-
-def _bounds_in(node: Any) -> Iterator[tuple[str, Any]]:
-    """Every string length bound (a number) and ``pattern`` (a string) in a schema."""
-    pending = [node]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, dict):
-            for key, value in item.items():
-                if (key in _STRING_BOUNDS and isinstance(value, int | float)) or (
-                    key == "pattern" and isinstance(value, str)
-                ):
-                    yield key, value
-                elif key not in ("enum", "const", "default", "examples"):
-                    pending.append(value)
-
-
-def xgrammar_over_constrains(spec: GrammarSpec) -> bool:
-    """Whether xgrammar, as grammar-guard runs it, refuses valid values of ``spec``.
-
-    Measured on the coverage collections, where these decided every schema
-    llguidance served better (no invalid value gets through either way):
-
-    - xgrammar writes an arbitrary JSON value (a schema ``{}``, an object or
-      array schema that leaves its members open) with ``", "`` between
-      members even in compact mode, so compact output such as ``[1,2]`` is
-      refused there;
-    - an array schema with ``minItems`` or ``maxItems`` and no ``items``
-      admits only ``[]``;
-    - a ``pattern`` or ``patternProperties`` name must match the whole
-      string, where JSON Schema looks for it anywhere in the string.
-    """
-    if spec.kind is not RequestKind.JSON_SCHEMA:
-        return False
-    compact = not spec.options.any_whitespace
-    pending: list[Any] = [json.loads(spec.text)]
-    while pending:
-        node = pending.pop()
-        if node is True and compact:
-            return True
-        if not isinstance(node, dict):
-            continue
-        if _open_container(node, compact) or _searched_patterns(node):
-            return True
-        pending.extend(schema for schema, _ in subschemas(node, ""))
-    return False
-
-
-def _open_container(node: dict[str, Any], compact: bool) -> bool:
-    if not node.keys() - _ANNOTATIONS:
-        return compact  # any value at all
-    types = type_set(node.get("type"))
-    if "array" in types and not _ARRAY_SHAPE & node.keys():
-        return compact or "minItems" in node or "maxItems" in node
-    return compact and "object" in types and not _OBJECT_SHAPE & node.keys()
-
-
-def _searched_patterns(node: dict[str, Any]) -> bool:
-    names = node.get("patternProperties")
-    patterns = [node.get("pattern"), *(names if isinstance(names, dict) else ())]
-    return any(isinstance(p, str) and not _anchored(p) for p in patterns)
-
-
-def _anchored(pattern: str) -> bool:
-    """Whether ``pattern`` is anchored at both ends, so matching it whole is what it asks.
-
-    Alternatives with anchors of their own (``^a|b$``) pass too: xgrammar
-    serves those, as it did before this preference existed.
-    """
-    ends_with_anchor = pattern.endswith("$") and not pattern.endswith("\\$")
-    return pattern.startswith("^") and ends_with_anchor
-
-
-def _repeats_are_slow(text: str) -> bool:
-    for match in _REGEX_REPEAT.finditer(text):
-        low, high = match.group(1), match.group(2)
-        if int(high or low) >= SLOW_REPEAT_COUNT:
-            return True
-    return False
 
 
 def upgrade_target(spec: GrammarSpec, chosen: Route, *, slow: bool) -> EngineName | None:

@@ -10,7 +10,7 @@ new xgrammar release that changes any of this fails them. The reasons are in
 
 from __future__ import annotations
 
-from grammar_guard.core.schema_analysis import (
+from grammar_guard.core.schema.capabilities import (
     EngineCapabilities,
     MultipleOfSupport,
     PatternSupport,

@@ -27,7 +27,6 @@ writes, in the layout of the installed release (docs/vllm-integration.md).
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -36,16 +35,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.bitmask import BITS_PER_WORD
 from grammar_guard.core.bitmask_apply import BitmaskApplier
 from grammar_guard.vllm_adapter.compat import MaskLayout, installed_release
+from grammar_guard.vllm_adapter.patching import cached_state
 
-_RUNNER_STATE = "__grammar_guard_apply_state__"
-_install_lock = threading.Lock()
+# The runner's RunnerApply in its plugin state, or None for a runner of another backend.
+_RUNNER_STATE = "runner_apply"
 _sampling_runner: ContextVar[RunnerApply | None] = ContextVar(
     "grammar_guard_sampling_runner", default=None
 )
@@ -53,36 +52,12 @@ _counter_lock = threading.Lock()
 _applied_steps = 0
 
 
-def install_apply_hook() -> None:
-    # patches imports this module to call this function, so its marker
-    # helpers are imported here rather than at module level.
-    from grammar_guard.vllm_adapter.patches import _is_patched, _mark
-
-    with _install_lock:
-        if not _is_patched(GPUModelRunner.sample_tokens):
-            original = GPUModelRunner.sample_tokens
-            wrapper = functools.wraps(original)(_record_sampling_runner(original))
-            GPUModelRunner.sample_tokens = _mark(wrapper)  # type: ignore[method-assign]
-        if not _is_patched(gpu_model_runner.apply_grammar_bitmask):
-            original = gpu_model_runner.apply_grammar_bitmask
-            wrapper = functools.wraps(original)(_dispatch_apply(original))
-            gpu_model_runner.apply_grammar_bitmask = _mark(wrapper)
-
-
-def apply_hook_installed() -> bool:
-    from grammar_guard.vllm_adapter.patches import _is_patched
-
-    return _is_patched(GPUModelRunner.sample_tokens) and _is_patched(
-        gpu_model_runner.apply_grammar_bitmask
-    )
-
-
 def applied_steps() -> int:
     """Decode steps whose mask the plugin applied in this process (for tests and diagnostics)."""
     return _applied_steps
 
 
-def _record_sampling_runner(original: Callable[..., Any]) -> Callable[..., Any]:
+def record_sampling_runner(original: Callable[..., Any]) -> Callable[..., Any]:
     def sample_tokens(self: GPUModelRunner, grammar_output: Any) -> Any:
         token = _sampling_runner.set(_runner_apply(self))
         try:
@@ -93,7 +68,7 @@ def _record_sampling_runner(original: Callable[..., Any]) -> Callable[..., Any]:
     return sample_tokens
 
 
-def _dispatch_apply(original: Callable[..., None]) -> Callable[..., None]:
+def dispatch_apply(original: Callable[..., None]) -> Callable[..., None]:
     def apply_grammar_bitmask(
         scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: torch.Tensor
     ) -> None:
@@ -114,14 +89,14 @@ def _count_step() -> None:
 
 def _runner_apply(runner: GPUModelRunner) -> RunnerApply | None:
     """The runner's apply state, or None when its engine uses another backend."""
-    state: RunnerApply | bool | None = runner.__dict__.get(_RUNNER_STATE)
-    if state is None:
-        config = runner.vllm_config.structured_outputs_config
-        uses_plugin = config is not None and config.backend == BACKEND_NAME
-        max_rows = runner.max_num_reqs * (1 + runner.num_spec_tokens)
-        state = RunnerApply(max_rows) if uses_plugin else False
-        runner.__dict__[_RUNNER_STATE] = state
-    return state or None
+    return cached_state(runner, _RUNNER_STATE, lambda: _new_runner_apply(runner))
+
+
+def _new_runner_apply(runner: GPUModelRunner) -> RunnerApply | None:
+    config = runner.vllm_config.structured_outputs_config
+    if config is None or config.backend != BACKEND_NAME:
+        return None
+    return RunnerApply(runner.max_num_reqs * (1 + runner.num_spec_tokens))
 
 
 @dataclass

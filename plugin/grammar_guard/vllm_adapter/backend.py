@@ -8,7 +8,6 @@ scheduler polls that future each step, so one slow compile delays nobody else.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,23 +22,17 @@ from vllm.v1.structured_output.backend_types import (
 
 from grammar_guard.core.bitmask import allocate_bitmask
 from grammar_guard.core.compile_service import CompileService
-from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
+from grammar_guard.core.engine import CompiledGrammar, TokenMatcher
+from grammar_guard.core.engine_factory import build_engine
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.failures import FailureClass
+from grammar_guard.core.guarded_matcher import GuardedMatcher
 from grammar_guard.core.inline_wait import InlineWaitBudget
-from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.metrics import CacheMetrics
 from grammar_guard.core.process_compile import make_compiler
-from grammar_guard.core.routing import RoutedEngine
-from grammar_guard.core.settings import (
-    CacheSettings,
-    EngineSelection,
-    SettingsError,
-    UnenforcedPolicy,
-)
+from grammar_guard.core.settings import CacheSettings
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 from grammar_guard.vllm_adapter.metrics_export import SnapshotPublisher
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key
@@ -51,68 +44,6 @@ if TYPE_CHECKING:
 logger = init_logger(__name__)
 
 GrammarOrPending = StructuredOutputGrammar | Future[StructuredOutputGrammar]
-
-
-def _compile_threads() -> int:
-    # xgrammar's own parallelism inside one compile, not the number of compiles.
-    return max(1, os.cpu_count() or 1)
-
-
-def build_engine(
-    tokenizer: object,
-    vocab_size: int,
-    *,
-    unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE,
-    selection: EngineSelection = EngineSelection.AUTO,
-) -> GrammarEngine:
-    """The grammar engine for vLLM's tokenizer.
-
-    ``unenforced`` is GRAMMAR_GUARD_UNENFORCED, ``selection`` GRAMMAR_GUARD_ENGINE.
-    """
-    if is_mistral_tokenizer(tokenizer):
-        if selection is not EngineSelection.XGRAMMAR:
-            logger.info("grammar-guard: Mistral tokenizer, so every request goes to xgrammar")
-        # Mistral tokenizers are not Hugging Face ones; xgrammar needs the raw
-        # vocabulary and whether it is byte-fallback (SentencePiece) or raw (Tekken).
-        return XGrammarEngine.for_raw_vocab(
-            tokenizer.vocab,
-            byte_fallback=not tokenizer.is_tekken,
-            stop_token_ids=[tokenizer.eos_token_id],
-            add_prefix_space=True,
-            compile_threads=_compile_threads(),
-            unenforced=unenforced,
-            # Its control tokens ([INST], [TOOL_CALLS]...) are in the vocabulary as text.
-            special_token_ids=getattr(tokenizer, "all_special_ids", ()),
-        )
-    xgrammar = XGrammarEngine.for_hf_tokenizer(
-        tokenizer, vocab_size, compile_threads=_compile_threads(), unenforced=unenforced
-    )
-    if selection is EngineSelection.XGRAMMAR:
-        return xgrammar
-    try:
-        llguidance = LLGuidanceEngine.for_hf_tokenizer(
-            tokenizer,
-            vocab_size,
-            stop_token_ids=xgrammar.stop_token_ids,
-            special_token_ids=xgrammar.special_token_ids,
-            unenforced=unenforced,
-        )
-        if selection is EngineSelection.LLGUIDANCE:
-            return llguidance
-        return RoutedEngine(xgrammar, llguidance, selection, unenforced)
-    except (AttributeError, TypeError, ValueError) as exc:  # not a fast tokenizer, a
-        # vocabulary llguidance sizes differently from vLLM's bitmask, or special
-        # tokens it would read as text
-        if selection is EngineSelection.LLGUIDANCE:
-            raise SettingsError(
-                f"GRAMMAR_GUARD_ENGINE=llguidance cannot serve this model: {exc}"
-            ) from exc
-        logger.warning(
-            "grammar-guard: llguidance cannot serve this model (%s); "
-            "every request goes to xgrammar",
-            exc,
-        )
-        return xgrammar
 
 
 def _report_refusal(request_id: str | None, error: BaseException) -> None:
@@ -149,6 +80,7 @@ class GrammarGuardBackend(StructuredOutputBackend):
         self._engine = build_engine(
             self.tokenizer,
             self.vocab_size,
+            mistral=is_mistral_tokenizer(self.tokenizer),
             unenforced=self.settings.unenforced,
             selection=self.settings.engine,
         )
@@ -274,101 +206,23 @@ class GrammarGuardBackend(StructuredOutputBackend):
         self.service.close("the grammar-guard backend was shut down")
 
 
-class GuardedGrammar(StructuredOutputGrammar):
-    """One request's grammar state; its per-step methods never raise.
+def _end_request(request_id: str, reason: str) -> None:
+    # The guard's accept_tokens then returns False, which makes vLLM end the
+    # request; the reason reaches its client through FAILURES.
+    logger.error("Ending request %s: %s", request_id, reason)
+    FAILURES.record(request_id, FailureClass.INTERNAL, reason)
 
-    An exception from the grammar engine in the middle of decoding must not
-    reach the engine loop, where it would take every other request down with
-    it. Instead the grammar is marked faulted: the current mask allows every
-    token and the next ``accept_tokens`` returns False, which makes vLLM
-    finish this one request with an error.
+
+def _log_fault(label: str, fault: str) -> None:
+    logger.error("Grammar %s failed in %s; its request will be ended", label, fault)
+
+
+class GuardedGrammar(GuardedMatcher, StructuredOutputGrammar):
+    """One request's grammar as vLLM holds it: a :class:`GuardedMatcher`, whose steps never raise.
+
+    The guard's methods are vLLM's grammar interface as they are; this class
+    only says how an ended request and a fault are reported in vLLM.
     """
 
     def __init__(self, matcher: TokenMatcher, label: str) -> None:
-        self._matcher = matcher
-        self._label = label
-        self._terminated = False
-        self._fault: str | None = None
-
-    @property
-    def fault(self) -> str | None:
-        return self._fault
-
-    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
-        if self._fault is not None:
-            return self._end(request_id, f"its grammar failed earlier: {self._fault}")
-        if self._terminated:
-            return True
-        try:
-            for token in tokens:
-                if not self._matcher.accept_token(token):
-                    return self._end(request_id, f"the grammar rejected sampled token {token}")
-                if self._matcher.is_terminated():
-                    self._terminated = True
-                    break
-        except Exception as exc:
-            self._record_fault("accept_tokens", exc)
-            return self._end(request_id, f"its grammar failed: {self._fault}")
-        return True
-
-    def _end(self, request_id: str, why: str) -> bool:
-        """Returns False, which makes vLLM end the request; records why for its client."""
-        message = f"grammar {self._label}: {why}"
-        logger.error("Ending request %s: %s", request_id, message)
-        FAILURES.record(request_id, FailureClass.INTERNAL, message)
-        return False
-
-    def validate_tokens(self, tokens: list[int]) -> list[int]:
-        if self._fault is not None or self._terminated:
-            return []
-        accepted = 0
-        try:
-            for token in tokens:
-                if not self._matcher.accept_token(token):
-                    break
-                accepted += 1
-                if self._matcher.is_terminated():
-                    break
-            if accepted:
-                self._matcher.rollback(accepted)
-        except Exception as exc:
-            self._record_fault("validate_tokens", exc)
-            return []
-        return tokens[:accepted]
-
-    def rollback(self, num_tokens: int) -> None:
-        if self._fault is not None or num_tokens <= 0:
-            return
-        try:
-            self._matcher.rollback(num_tokens)
-            self._terminated = self._matcher.is_terminated()
-        except Exception as exc:
-            self._record_fault("rollback", exc)
-
-    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
-        if self._fault is None:
-            try:
-                self._matcher.fill_bitmask(bitmask, batch_index)
-                return
-            except Exception as exc:
-                self._record_fault("fill_bitmask", exc)
-        bitmask[batch_index].fill_(-1)
-
-    def is_terminated(self) -> bool:
-        return self._terminated
-
-    def reset(self) -> None:
-        try:
-            self._matcher.reset()
-        except Exception as exc:
-            self._record_fault("reset", exc)
-            return
-        self._terminated = False
-
-    def _record_fault(self, step: str, exc: Exception) -> None:
-        self._fault = f"{step} raised {type(exc).__name__}: {exc}"
-        logger.error("Grammar %s failed in %s; its request will be ended", self._label, self._fault)
-
-    def batch_matcher(self) -> TokenMatcher | None:
-        """The matcher a batch fill may fill directly; None once faulted (its row allows all)."""
-        return self._matcher if self._fault is None else None
+        super().__init__(matcher, label, end_request=_end_request, report_fault=_log_fault)

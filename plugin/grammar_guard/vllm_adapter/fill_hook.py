@@ -33,6 +33,7 @@ from vllm.v1.structured_output.utils import strip_speculative_padding
 from grammar_guard.core.bitmask import BITS_PER_WORD
 from grammar_guard.core.bitmask_fill import BitmaskFiller, FillStrategy, RowFill
 from grammar_guard.vllm_adapter.compat import installed_release
+from grammar_guard.vllm_adapter.patching import cached_state
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 logger = init_logger(__name__)
 
-_FILLER_ATTRIBUTE = "_grammar_guard_filler"
+# The manager's filler, in its plugin state: it keeps the cost of the previous step.
+FILLER_STATE = "bitmask_filler"
 
 
 @dataclass
@@ -58,14 +60,7 @@ class FillCounters:
 counters = FillCounters()
 
 
-def install_fill_hook() -> None:
-    # Imported here: patches imports this module at its top.
-    from grammar_guard.vllm_adapter.patches import _wrap_method
-
-    _wrap_method(StructuredOutputManager, "grammar_bitmask", _bitmask_fill)
-
-
-def _bitmask_fill(original: Callable[..., Any]) -> Callable[..., Any]:
+def bitmask_fill(original: Callable[..., Any]) -> Callable[..., Any]:
     def grammar_bitmask(
         self: StructuredOutputManager,
         requests: dict[str, Request],
@@ -98,7 +93,7 @@ def _is_grammar_guard(backend: object) -> bool:
 
 @functools.cache
 def _backend_type() -> type:
-    # Imported on first use, not with this module: patches imports this
+    # Imported on first use, not with this module: registration imports this
     # module in every vLLM process, and the backend pulls in xgrammar.
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
@@ -331,8 +326,4 @@ def _step_bitmask(manager: StructuredOutputManager) -> torch.Tensor:
 
 
 def _filler(manager: StructuredOutputManager) -> BitmaskFiller:
-    filler: BitmaskFiller | None = getattr(manager, _FILLER_ATTRIBUTE, None)
-    if filler is None:
-        filler = BitmaskFiller()
-        setattr(manager, _FILLER_ATTRIBUTE, filler)
-    return filler
+    return cached_state(manager, FILLER_STATE, BitmaskFiller)

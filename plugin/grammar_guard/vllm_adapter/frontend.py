@@ -33,7 +33,7 @@ from grammar_guard import BACKEND_NAME
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
 from grammar_guard.core.routing import route
-from grammar_guard.core.schema_analysis import Finding, iter_labels
+from grammar_guard.core.schema.findings import Finding, iter_labels
 from grammar_guard.core.settings import (
     EngineSelection,
     UnenforcedPolicy,

@@ -11,7 +11,6 @@ the field, and otherwise runs vLLM's check unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -30,33 +29,8 @@ def request_models() -> list[Any]:
     return [getattr(importlib.import_module(module), name) for module, name in REQUEST_MODELS]
 
 
-def install_type_check() -> None:
-    from grammar_guard.vllm_adapter.patches import _is_patched, _mark
-
-    for model in request_models():
-        validators = model.__pydantic_decorators__.model_validators
-        validator = validators[VALIDATOR]
-        if _is_patched(validator.func):
-            continue
-        check = _mark(_type_checked(validator.func))
-        validators[VALIDATOR] = dataclasses.replace(
-            validator, func=classmethod(check).__get__(None, model)
-        )
-        # The validation schema was built from the old validator; build it again.
-        model.model_rebuild(force=True)
-
-
-def type_check_installed() -> bool:
-    from grammar_guard.vllm_adapter.patches import _is_patched
-
-    return all(
-        _is_patched(model.__pydantic_decorators__.model_validators[VALIDATOR].func)
-        for model in request_models()
-    )
-
-
-def _type_checked(original: Callable[[Any], Any]) -> Callable[..., Any]:
-    def check_structured_outputs_count(cls: type, data: Any) -> Any:
+def type_checked(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def check_structured_outputs_count(data: Any) -> Any:
         if isinstance(data, dict):
             value = data.get("structured_outputs")
             if value is not None and not isinstance(value, dict | StructuredOutputsParams):

@@ -1,0 +1,135 @@
+"""One request's matcher behind a guard whose per-step methods never raise.
+
+An exception from a grammar engine in the middle of decoding must not reach
+the host's engine loop, where it would take every other request down with
+it. Instead the guard is marked faulted: the current mask allows every token
+and the next ``accept_tokens`` returns False, which ends this one request.
+
+The guard decides *that* a request must end and *why*; the host decides what
+that means to its operator and to the request's client. So both events go
+to callbacks the host gives: :data:`EndRequest` when a request must end,
+:data:`ReportFault` when the engine raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from grammar_guard.core.engine import TokenMatcher
+
+EndRequest = Callable[[str, str], None]
+"""Called with a request's id and why it must end (``grammar LABEL: ...``)."""
+
+ReportFault = Callable[[str, str], None]
+"""Called with the grammar's label and its fault (``STEP raised TYPE: MESSAGE``)."""
+
+
+class GuardedMatcher:
+    """One request's grammar state; ``label`` names its grammar in every report.
+
+    After a fault the matcher is no longer trusted: no step calls it again
+    except ``reset``, and the fault outlives a reset, so the request still ends.
+    """
+
+    def __init__(
+        self,
+        matcher: TokenMatcher,
+        label: str,
+        *,
+        end_request: EndRequest,
+        report_fault: ReportFault,
+    ) -> None:
+        self._matcher = matcher
+        self._label = label
+        self._end_request = end_request
+        self._report_fault = report_fault
+        self._terminated = False
+        self._fault: str | None = None
+
+    @property
+    def fault(self) -> str | None:
+        return self._fault
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        """Advance by ``tokens``; False means the request must end (the host was told why)."""
+        if self._fault is not None:
+            return self._end(request_id, f"its grammar failed earlier: {self._fault}")
+        if self._terminated:
+            # Like vLLM's own backends: tokens after termination are ignored.
+            return True
+        try:
+            for token in tokens:
+                if not self._matcher.accept_token(token):
+                    return self._end(request_id, f"the grammar rejected sampled token {token}")
+                if self._matcher.is_terminated():
+                    self._terminated = True
+                    break
+        except Exception as exc:
+            self._record_fault("accept_tokens", exc)
+            return self._end(request_id, f"its grammar failed: {self._fault}")
+        return True
+
+    def _end(self, request_id: str, why: str) -> bool:
+        self._end_request(request_id, f"grammar {self._label}: {why}")
+        return False
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        """The longest prefix of ``tokens`` the grammar accepts; the state does not move."""
+        if self._fault is not None or self._terminated:
+            return []
+        accepted = 0
+        try:
+            for token in tokens:
+                if not self._matcher.accept_token(token):
+                    break
+                accepted += 1
+                if self._matcher.is_terminated():
+                    break
+            if accepted:
+                self._matcher.rollback(accepted)
+        except Exception as exc:
+            self._record_fault("validate_tokens", exc)
+            return []
+        return tokens[:accepted]
+
+    def rollback(self, num_tokens: int) -> None:
+        if self._fault is not None or num_tokens <= 0:
+            return
+        try:
+            self._matcher.rollback(num_tokens)
+            self._terminated = self._matcher.is_terminated()
+        except Exception as exc:
+            self._record_fault("rollback", exc)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        """Fill row ``batch_index``; a faulted grammar's row allows every token."""
+        if self._fault is None:
+            try:
+                self._matcher.fill_bitmask(bitmask, batch_index)
+                return
+            except Exception as exc:
+                self._record_fault("fill_bitmask", exc)
+        bitmask[batch_index].fill_(-1)
+
+    def is_terminated(self) -> bool:
+        return self._terminated
+
+    def reset(self) -> None:
+        try:
+            self._matcher.reset()
+        except Exception as exc:
+            self._record_fault("reset", exc)
+            return
+        self._terminated = False
+
+    def _record_fault(self, step: str, exc: Exception) -> None:
+        self._fault = f"{step} raised {type(exc).__name__}: {exc}"
+        self._report_fault(self._label, self._fault)
+
+    def batch_matcher(self) -> TokenMatcher | None:
+        """The matcher a batch fill may fill directly; None once faulted (its row allows all)."""
+        return self._matcher if self._fault is None else None

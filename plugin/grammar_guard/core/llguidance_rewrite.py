@@ -1,0 +1,224 @@
+"""What llguidance is given for a request: the grammar text it compiles, and what it loosens.
+
+``check`` and ``compile`` both go through :func:`validated`, so a grammar
+the API process accepted is exactly the grammar the engine compiles. The
+schema rewrites make a request mean the same whichever engine serves it:
+objects and tuples closed where xgrammar closes them, regex digit and word
+classes read as ASCII, ``patternProperties`` that only name listed
+properties folded (:mod:`grammar_guard.core.listed_patterns`). The
+JSON-Schema compiler is strict: a keyword it does not implement, or a
+``format`` it does not know, is an error, never a silently dropped
+constraint; only the warn policy makes it lenient.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import llguidance
+
+from grammar_guard.core.engine_common import invalid_spec, invalid_spec_on_error
+from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.grammar_text import grammar_is_lark
+from grammar_guard.core.listed_patterns import fold_listed_patterns
+from grammar_guard.core.schema.capabilities import PatternSupport
+from grammar_guard.core.schema.findings import Finding
+from grammar_guard.core.schema.pointers import join_pointer
+from grammar_guard.core.schema.regex_scan import pattern_problems
+from grammar_guard.core.schema.vocabulary import (
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_VALUES,
+    subschemas,
+)
+from grammar_guard.core.settings import UnenforcedPolicy
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+
+# How llguidance's strict JSON compiler names what it would not enforce.
+_UNIMPLEMENTED_KEYS = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+# Goes into the fingerprint: a grammar stored before a schema rewrite existed
+# (listed_patterns.py) must not be loaded by an engine that applies it.
+GRAMMAR_REWRITES = "listed-pattern-properties-folded"
+
+
+class EngineDoesNotSupport(InvalidGrammarError):
+    """This engine cannot take this kind of request at all (another engine may)."""
+
+
+def validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
+    """The grammar llguidance compiles for ``spec``, and what it leaves unenforced."""
+    inexact = _loosened_constraints(spec)
+    if inexact and unenforced is UnenforcedPolicy.REFUSE:
+        raise UnenforcedKeywordError(spec.kind.value, inexact)
+    grammar = _grammar(spec, lenient=False)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if not is_error:
+        return grammar, inexact
+    reason = messages[0] if messages else "invalid grammar"
+    findings = _unenforced_findings(reason)
+    if not findings:
+        raise invalid_spec(spec, reason)
+    if unenforced is UnenforcedPolicy.REFUSE:
+        raise UnenforcedKeywordError(spec.kind.value, findings)
+    grammar = _grammar(spec, lenient=True)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise invalid_spec(spec, messages[0])
+    return grammar, inexact + findings
+
+
+def _loosened_constraints(spec: GrammarSpec) -> tuple[Finding, ...]:
+    """The formats and patterns llguidance accepts but writes looser than JSON Schema means."""
+    if spec.kind is not RequestKind.JSON_SCHEMA:
+        return ()
+    found: list[Finding] = []
+    pending: list[tuple[Any, str]] = [(json.loads(spec.text), "")]
+    while pending:
+        node, pointer = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        found.extend(_loose_format(node, pointer))
+        found.extend(_loose_patterns(node, pointer))
+        pending.extend(subschemas(node, pointer))
+    return tuple(found)
+
+
+def _loose_format(node: dict[str, Any], pointer: str) -> Iterator[Finding]:
+    value = node.get("format")
+    if isinstance(value, str) and value in _INEXACT_FORMATS:
+        reason = f"llguidance accepts some invalid values: {_INEXACT_FORMATS[value]}"
+        yield Finding("format", join_pointer(pointer, "format"), value, reason)
+
+
+def _loose_patterns(node: dict[str, Any], pointer: str) -> Iterator[Finding]:
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and (problems := pattern_problems(pattern, _PATTERNS)):
+        yield Finding("pattern", join_pointer(pointer, "pattern"), None, "; ".join(problems))
+    names = node.get("patternProperties")
+    for name in names if isinstance(names, dict) else ():
+        if problems := pattern_problems(name, _PATTERNS):
+            where = join_pointer(pointer, "patternProperties", name)
+            yield Finding("patternProperties", where, None, "; ".join(problems))
+
+
+def _unenforced_findings(reason: str) -> tuple[Finding, ...]:
+    # llguidance names the keywords but not where they are.
+    keys = _UNIMPLEMENTED_KEYS.search(reason)
+    if keys:
+        names = json.loads(f"[{keys.group(1)}]")
+        return tuple(
+            Finding(str(name), "", reason="llguidance does not implement it") for name in names
+        )
+    unknown = _UNKNOWN_FORMAT.search(reason)
+    if unknown:
+        return (Finding("format", "", unknown.group(1), "llguidance does not know this format"),)
+    return ()
+
+
+def _grammar(spec: GrammarSpec, *, lenient: bool) -> str:
+    with invalid_spec_on_error(spec):  # the converters raise ValueError and friends
+        return _BUILDERS[spec.kind](spec, lenient)
+
+
+def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
+    closed = closed_like_xgrammar(json.loads(schema))
+    fold_listed_patterns(closed)  # after closing: an allOf it adds would leave members open
+    options: dict[str, Any] = {
+        "whitespace_flexible": spec.options.any_whitespace,
+        "item_separator": ",",
+        "key_separator": ":",
+        "lenient": lenient,
+    }
+    return str(llguidance.LLMatcher.grammar_from_json_schema(json.dumps(closed), overrides=options))
+
+
+def closed_like_xgrammar(schema: Any) -> Any:
+    """``schema`` with objects and tuples closed where xgrammar's strict mode closes them.
+
+    xgrammar (as grammar-guard runs it) allows no property beyond those an
+    object schema lists, and no item beyond a tuple's ``prefixItems``, unless
+    the schema says otherwise; llguidance follows JSON Schema and allows
+    them. Closed the same way, a request gets the same output language
+    whichever engine serves it, and a weak model cannot pad an object with
+    invented keys. The members of an ``allOf``, and a schema next to one,
+    are left open: closing them would forbid the properties the other
+    members add.
+    """
+    return _closed(schema, in_all_of=False)
+
+
+def _closed(node: Any, *, in_all_of: bool) -> Any:
+    if not isinstance(node, dict):
+        return node
+    result = {key: _closed_child(key, value) for key, value in node.items()}
+    if not in_all_of and "allOf" not in node:
+        if "properties" in node and not _OPENING_OBJECT_KEYWORDS & node.keys():
+            result["additionalProperties"] = False
+        if "prefixItems" in node and not _OPENING_ARRAY_KEYWORDS & node.keys():
+            result["items"] = False
+    return result
+
+
+def _closed_child(keyword: str, value: Any) -> Any:
+    if keyword in SCHEMA_MAPS and isinstance(value, dict):
+        return {name: _closed(item, in_all_of=False) for name, item in value.items()}
+    if keyword in SCHEMA_LISTS and isinstance(value, list):
+        in_all_of = keyword == "allOf"
+        return [_closed(item, in_all_of=in_all_of) for item in value]
+    if keyword in SCHEMA_VALUES:
+        return _closed(value, in_all_of=False)
+    return value  # a value (enum, const, default...), not a schema
+
+
+# Formats llguidance 1.7 accepts values of that the format forbids, found by
+# the JSON-Schema-Test-Suite (benchmarks/coverage): refused like the keywords
+# it does not implement, so that no constraint is silently loosened.
+_INEXACT_FORMATS = {
+    "date": "February 29 of years that are not leap years",
+    "date-time": "leap seconds at any minute",
+    "time": "leap seconds at any minute",
+    "hostname": "names longer than 255 characters",
+}
+# What llguidance's ECMA-262 patterns get right: JSON escapes are written as
+# escapes, and it refuses lookarounds and inner anchors itself; but its \s
+# is Rust's, which leaves out U+FEFF, so \S lets the BOM through.
+_PATTERNS = PatternSupport(
+    lookaround=True,
+    inner_anchors=True,
+    unicode_whitespace=False,
+    escapes_json_specials=True,
+)
+_OPENING_OBJECT_KEYWORDS = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
+_OPENING_ARRAY_KEYWORDS = {"items", "additionalItems", "unevaluatedItems"}
+
+
+def _regex(regex: str) -> str:
+    # ASCII \d and \w, as xgrammar reads them: a request means the same
+    # whichever engine serves it.
+    return str(
+        llguidance.LLMatcher.grammar_from_lark(f"start: /{llguidance.regex_to_lark(regex, 'dw')}/")
+    )
+
+
+def _lark_or_gbnf(spec: GrammarSpec, lenient: bool) -> str:
+    kind = "lark" if grammar_is_lark(spec.text) else "gbnf"
+    return llguidance.grammar_from(kind, spec.text)
+
+
+def _not_supported(spec: GrammarSpec, lenient: bool) -> str:
+    raise EngineDoesNotSupport(f"llguidance does not take {spec.kind.value} requests here")
+
+
+_BUILDERS: dict[RequestKind, Callable[[GrammarSpec, bool], str]] = {
+    RequestKind.JSON_SCHEMA: lambda spec, lenient: _json_schema(spec.text, spec, lenient),
+    RequestKind.JSON_OBJECT: lambda spec, lenient: _json_schema('{"type":"object"}', spec, lenient),
+    RequestKind.REGEX: lambda spec, lenient: _regex(spec.text),
+    RequestKind.CHOICE: lambda spec, lenient: llguidance.grammar_from("choice", spec.text),
+    RequestKind.GRAMMAR: _lark_or_gbnf,
+    # Structural tags stay with xgrammar, which implements vLLM's whole format.
+    RequestKind.STRUCTURAL_TAG: _not_supported,
+}

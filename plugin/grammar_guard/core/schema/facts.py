@@ -1,0 +1,176 @@
+"""What the schemas of one document validate at most: their types, their
+values and the properties an object must have."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from grammar_guard.core.schema.pointers import MISSING, resolve_pointer
+from grammar_guard.core.schema.values import canonical, expand_number, json_type, type_set
+from grammar_guard.core.schema.vocabulary import JSON_TYPES
+
+_Fact = TypeVar("_Fact")
+
+
+class SchemaFacts:
+    """Upper bounds on what schemas of one document validate, memoised per schema object.
+
+    Used to prove oneOf branches exclusive and keywords redundant. Memoised so
+    that a hostile document (branches referencing branches) costs linear time.
+    """
+
+    # Lookups nested deeper than this give up, answering what claims nothing.
+    MAX_DEPTH = 64
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self._types: dict[int, frozenset[str]] = {}
+        self._values: dict[int, frozenset[Any] | None] = {}
+        self._required: dict[int, dict[str, frozenset[Any]]] = {}
+        self._names: dict[int, frozenset[str]] = {}
+        self._depth = 0
+
+    def _memoised(
+        self,
+        memo: dict[int, _Fact],
+        schema: dict[str, Any],
+        unknown: _Fact,
+        compute: Callable[[dict[str, Any]], _Fact],
+    ) -> _Fact:
+        """``compute(schema)``, once per schema object.
+
+        ``unknown`` is the answer that claims nothing: given past
+        :attr:`MAX_DEPTH` and to a lookup that cycles back to ``schema``
+        while it is being computed.
+        """
+        key = id(schema)
+        if key in memo:
+            return memo[key]
+        if self._depth >= self.MAX_DEPTH:
+            return unknown
+        memo[key] = unknown
+        self._depth += 1
+        try:
+            fact = compute(schema)
+        finally:
+            self._depth -= 1
+        memo[key] = fact
+        return fact
+
+    def target(self, schema: dict[str, Any]) -> Any:
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+            return resolve_pointer(self.root, ref[1:])
+        return MISSING
+
+    def types(self, schema: Any) -> frozenset[str]:
+        """The JSON types of the values ``schema`` validates, at most."""
+        if schema is False:
+            return frozenset()
+        if not isinstance(schema, dict):
+            return JSON_TYPES
+        return self._memoised(self._types, schema, JSON_TYPES, self._compute_types)
+
+    def _compute_types(self, schema: dict[str, Any]) -> frozenset[str]:
+        types = JSON_TYPES
+        if "type" in schema:
+            types &= type_set(schema["type"])
+        if "const" in schema:
+            types &= expand_number(frozenset({json_type(schema["const"])}))
+        if isinstance(schema.get("enum"), list):
+            types &= expand_number(frozenset(json_type(v) for v in schema["enum"]))
+        target = self.target(schema)
+        if target is not MISSING:
+            types &= self.types(target)
+        if isinstance(schema.get("allOf"), list):
+            for branch in schema["allOf"]:
+                types &= self.types(branch)
+        for keyword in ("anyOf", "oneOf"):
+            branches = schema.get(keyword)
+            if isinstance(branches, list) and branches:
+                types &= frozenset().union(*(self.types(branch) for branch in branches))
+        return types
+
+    def values(self, schema: Any) -> frozenset[Any] | None:
+        """The canonical values ``schema`` allows, if it names them (const/enum); else None."""
+        if not isinstance(schema, dict):
+            return None
+        return self._memoised(self._values, schema, None, self._compute_values)
+
+    def _compute_values(self, schema: dict[str, Any]) -> frozenset[Any] | None:
+        found: frozenset[Any] | None = None
+        if "const" in schema:
+            found = frozenset({canonical(schema["const"])})
+        elif isinstance(schema.get("enum"), list):
+            found = frozenset(canonical(value) for value in schema["enum"])
+        else:
+            target = self.target(schema)
+            candidates = [target] if target is not MISSING else []
+            if isinstance(schema.get("allOf"), list):
+                candidates.extend(schema["allOf"])
+            for candidate in candidates:
+                found = self.values(candidate)
+                if found is not None:
+                    break
+        return found
+
+    def required_values(self, schema: Any) -> dict[str, frozenset[Any]]:
+        """Properties an object must have whose values are limited to a known set."""
+        if not isinstance(schema, dict):
+            return {}
+        return self._memoised(self._required, schema, {}, self._compute_required_values)
+
+    def _compute_required_values(self, schema: dict[str, Any]) -> dict[str, frozenset[Any]]:
+        found: dict[str, frozenset[Any]] = {}
+        properties, required = schema.get("properties"), schema.get("required")
+        if isinstance(properties, dict) and isinstance(required, list):
+            for name in required:
+                if isinstance(name, str) and name in properties:
+                    values = self.values(properties[name])
+                    if values is not None:
+                        found[name] = values
+        target = self.target(schema)
+        parts = [target] if target is not MISSING else []
+        if isinstance(schema.get("allOf"), list):
+            parts.extend(schema["allOf"])
+        for part in parts:
+            for name, values in self.required_values(part).items():
+                found.setdefault(name, values)
+        return found
+
+    def required_names(self, schema: Any) -> frozenset[str]:
+        """Names an object valid against ``schema`` must have."""
+        if not isinstance(schema, dict):
+            return frozenset()
+        return self._memoised(self._names, schema, frozenset(), self._compute_required_names)
+
+    def _compute_required_names(self, schema: dict[str, Any]) -> frozenset[str]:
+        required = schema.get("required")
+        names = (
+            frozenset(n for n in required if isinstance(n, str))
+            if isinstance(required, list)
+            else frozenset()
+        )
+        target = self.target(schema)
+        if target is not MISSING:
+            names |= self.required_names(target)
+        if isinstance(schema.get("allOf"), list):
+            for branch in schema["allOf"]:
+                names |= self.required_names(branch)
+        return names
+
+    def exclusive(self, left: Any, right: Any) -> bool:
+        """Whether no value is valid against both (a sufficient test, not an exact one)."""
+        left_types, right_types = self.types(left), self.types(right)
+        if not left_types & right_types:
+            return True
+        left_values, right_values = self.values(left), self.values(right)
+        if left_values is not None and right_values is not None:
+            return not left_values & right_values
+        if left_types <= {"object"} or right_types <= {"object"}:
+            left_props, right_props = self.required_values(left), self.required_values(right)
+            for name in left_props.keys() & right_props.keys():
+                if not left_props[name] & right_props[name]:
+                    return True
+        return False

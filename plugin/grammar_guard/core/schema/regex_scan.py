@@ -1,0 +1,307 @@
+"""Which features of an ECMA-262 ``pattern`` an engine would not honour.
+
+Read by a lenient scanner of its own rather than by Python's ``re``: JSON
+Schema patterns are ECMA-262, and what matters is not whether a pattern
+compiles but whether it uses lookarounds, inner anchors, ``\\S`` or
+characters JSON must escape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grammar_guard.core.schema.capabilities import PatternSupport
+
+# Characters JSON writes escaped: a pattern that matches them literally makes
+# an engine that matches the raw JSON text write them unescaped.
+_JSON_SPECIAL = frozenset({0x22, 0x5C, *range(0x20)})
+_SIMPLE_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
+_CLASS_ESCAPES = frozenset("dDwWsS")
+
+
+@dataclass
+class _Node:
+    kind: str  # "start", "end", "atom", "group", "lookaround"
+    quantified: bool = False
+    alternatives: list[list[_Node]] = field(default_factory=list)
+
+
+class _RegexScan:
+    """A lenient ECMA-262 pattern reader that notes the features the analysis cares about.
+
+    Syntax it does not understand is read as literal text: whatever the
+    engine then does with it, it refuses (a parse error) or over-constrains.
+    """
+
+    MAX_DEPTH = 100
+
+    def __init__(self, pattern: str) -> None:
+        self.text = pattern
+        self.pos = 0
+        self.depth = 0
+        self.problems: dict[str, str] = {}  # kind -> the first message of that kind
+
+    def note(self, kind: str, message: str) -> None:
+        self.problems.setdefault(kind, message)
+
+    def parse(self) -> list[list[_Node]]:
+        alternatives = self.alternation()
+        while self.pos < len(self.text):  # a stray ")"
+            self.pos += 1
+            alternatives[-1].append(_Node("atom"))
+            alternatives[-1].extend(self.sequence())
+        return alternatives
+
+    def alternation(self) -> list[list[_Node]]:
+        alternatives = [self.sequence()]
+        while self.pos < len(self.text) and self.text[self.pos] == "|":
+            self.pos += 1
+            alternatives.append(self.sequence())
+        return alternatives
+
+    def sequence(self) -> list[_Node]:
+        items: list[_Node] = []
+        while self.pos < len(self.text) and self.text[self.pos] not in "|)":
+            node = self.term()
+            if node is not None:
+                if self.quantifier():
+                    node.quantified = True
+                items.append(node)
+        return items
+
+    def quantifier(self) -> bool:
+        text, start = self.text, self.pos
+        if start >= len(text):
+            return False
+        if text[start] in "*+?":
+            self.pos += 1
+        elif text[start] == "{":
+            end = text.find("}", start)
+            body = text[start + 1 : end] if end != -1 else ""
+            parts = body.split(",")
+            if (
+                end == -1
+                or not parts[0].isdigit()
+                or len(parts) > 2
+                or (len(parts) == 2 and parts[1] and not parts[1].isdigit())
+            ):
+                return False
+            self.pos = end + 1
+        else:
+            return False
+        if self.pos < len(text) and text[self.pos] in "?+":  # lazy / possessive
+            self.pos += 1
+        return True
+
+    def term(self) -> _Node | None:
+        char = self.text[self.pos]
+        if char == "^":
+            self.pos += 1
+            return _Node("start")
+        if char == "$":
+            self.pos += 1
+            return _Node("end")
+        if char == "(":
+            return self.group()
+        if char == "[":
+            self.char_class()
+            return _Node("atom")
+        if char == "\\":
+            self.escape(in_class=False)
+            return _Node("atom")
+        self.pos += 1
+        if char != "." and ord(char) in _JSON_SPECIAL:
+            self.note_special(char)
+        return _Node("atom")
+
+    def group(self) -> _Node:
+        text = self.text
+        self.pos += 1
+        kind = "group"
+        if text.startswith("?=", self.pos) or text.startswith("?!", self.pos):
+            kind = "lookaround"
+            self.pos += 2
+        elif text.startswith("?<=", self.pos) or text.startswith("?<!", self.pos):
+            kind = "lookaround"
+            self.pos += 3
+        elif text.startswith("?:", self.pos):
+            self.pos += 2
+        elif text.startswith("?<", self.pos):
+            end = text.find(">", self.pos)
+            self.pos = end + 1 if end != -1 else self.pos + 2
+        if kind == "lookaround":
+            self.note("lookaround", "lookahead and lookbehind assertions are not enforced")
+        self.depth += 1
+        if self.depth > self.MAX_DEPTH:
+            self.note("depth", "groups are nested too deeply to analyse")
+            self.pos = len(text)
+            return _Node(kind)
+        alternatives = self.alternation()
+        self.depth -= 1
+        if self.pos < len(text) and text[self.pos] == ")":
+            self.pos += 1
+        return _Node(kind, alternatives=alternatives)
+
+    def escape(self, *, in_class: bool) -> tuple[str, int | None]:
+        """Read an escape; returns ("char", code point) or ("class", None)."""
+        text = self.text
+        self.pos += 1
+        if self.pos >= len(text):
+            return "char", 0x5C
+        char = text[self.pos]
+        self.pos += 1
+        if char in _CLASS_ESCAPES:
+            if char == "S" and not in_class:
+                self.note_unicode_whitespace("\\S")
+            return "class", None
+        if char in ("p", "P") and self.pos < len(text) and text[self.pos] == "{":
+            end = text.find("}", self.pos)
+            self.pos = end + 1 if end != -1 else len(text)
+            return "class", None
+        code: int | None
+        if char in _SIMPLE_ESCAPES and not (char == "0" and self.peek_digit()):
+            code = _SIMPLE_ESCAPES[char]
+        elif char == "b":
+            code = 0x08 if in_class else None  # outside a class: a word boundary
+        elif char == "c" and self.pos < len(text) and text[self.pos].isalpha():
+            code = ord(text[self.pos]) % 32
+            self.pos += 1
+        elif char == "x" and _is_hex(text[self.pos : self.pos + 2], 2):
+            code = int(text[self.pos : self.pos + 2], 16)
+            self.pos += 2
+        elif char == "u" and text.startswith("{", self.pos):
+            end = text.find("}", self.pos)
+            digits = text[self.pos + 1 : end] if end != -1 else ""
+            code = int(digits, 16) if digits and _is_hex(digits, len(digits)) else ord("u")
+            if end != -1 and code != ord("u"):
+                self.pos = end + 1
+        elif char == "u" and _is_hex(text[self.pos : self.pos + 4], 4):
+            code = int(text[self.pos : self.pos + 4], 16)
+            self.pos += 4
+        else:
+            code = ord(char)  # an identity escape: the character itself
+        if code is not None and code in _JSON_SPECIAL and not in_class:
+            self.note_special(chr(code))
+        return "char", code
+
+    def peek_digit(self) -> bool:
+        return self.pos < len(self.text) and self.text[self.pos].isdigit()
+
+    def char_class(self) -> None:
+        text = self.text
+        self.pos += 1
+        negated = self.pos < len(text) and text[self.pos] == "^"
+        if negated:
+            self.pos += 1
+        members: list[tuple[int, int] | None] = []  # code-point ranges; None: a class escape
+        while self.pos < len(text) and text[self.pos] != "]":
+            low = self.class_atom(negated)
+            if (
+                low is not None
+                and self.pos + 1 < len(text)
+                and text[self.pos] == "-"
+                and text[self.pos + 1] != "]"
+            ):
+                self.pos += 1
+                high = self.class_atom(negated)
+                members.append((low, high) if high is not None else None)
+            else:
+                members.append((low, low) if low is not None else None)
+        if self.pos < len(text):
+            self.pos += 1  # the closing "]"
+        if negated:
+            return
+        # A class with at least one member JSON writes unescaped is matched
+        # against those members only; one made of specials only is not
+        # (measured: "[\\t ]" never yields a raw tab, "[\\t]" does).
+        if members and not any(_has_plain_char(member) for member in members):
+            self.note(
+                "json_special",
+                "it matches characters JSON must escape (a quote, a backslash or a "
+                "control character), which the engine would write unescaped",
+            )
+
+    def class_atom(self, negated: bool) -> int | None:
+        text = self.text
+        if text[self.pos] == "\\":
+            kind, code = self.escape(in_class=True)
+            if kind == "class":
+                escape = text[self.pos - 1]
+                if (escape == "s" and negated) or (escape == "S" and not negated):
+                    self.note_unicode_whitespace("[^\\s]" if negated else "[\\S]")
+                return None
+            return code
+        self.pos += 1
+        return ord(text[self.pos - 1])
+
+    def note_special(self, char: str) -> None:
+        self.note(
+            "json_special",
+            f"it matches {_describe_char(char)} literally, which the engine would write "
+            "unescaped (invalid JSON)",
+        )
+
+    def note_unicode_whitespace(self, what: str) -> None:
+        self.note(
+            "unicode_whitespace",
+            f"{what} lets Unicode spaces through (the engine's \\s is ASCII-only, "
+            "ECMA-262's is not)",
+        )
+
+
+def _describe_char(char: str) -> str:
+    if char == '"':
+        return "a double quote"
+    if char == "\\":
+        return "a backslash"
+    return f"the control character U+{ord(char):04X}"
+
+
+def _has_plain_char(member: tuple[int, int] | None) -> bool:
+    if member is None:
+        return True  # \\d, \\w, \\s and their negations all hold plain characters
+    low, high = member
+    # Only 34 code points are special, so a longer range always has a plain one.
+    return any(code not in _JSON_SPECIAL for code in range(low, min(high, low + 40) + 1))
+
+
+def _is_hex(text: str, length: int) -> bool:
+    return len(text) == length and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def _anchor_problems(alternatives: list[list[_Node]], at_start: bool, at_end: bool) -> bool:
+    """Whether an anchor sits somewhere it could not match at the start/end of the string."""
+    for items in alternatives:
+        for index, item in enumerate(items):
+            before = all(other.kind == "start" for other in items[:index])
+            after = all(other.kind == "end" for other in items[index + 1 :])
+            if item.kind == "start" and not (at_start and before and not item.quantified):
+                return True
+            if item.kind == "end" and not (at_end and after and not item.quantified):
+                return True
+            if item.kind in ("group", "lookaround") and _anchor_problems(
+                item.alternatives,
+                at_start and before and not item.quantified,
+                at_end and after and not item.quantified,
+            ):
+                return True
+    return False
+
+
+def pattern_problems(pattern: str, support: PatternSupport) -> list[str]:
+    """Why an engine with ``support`` would not enforce ``pattern`` (empty: it would)."""
+    scan = _RegexScan(pattern)
+    alternatives = scan.parse()
+    supported = {
+        "lookaround": support.lookaround,
+        "unicode_whitespace": support.unicode_whitespace,
+        "json_special": support.escapes_json_specials,
+        "depth": False,
+    }
+    problems = [message for kind, message in scan.problems.items() if not supported[kind]]
+    if not support.inner_anchors and _anchor_problems(alternatives, True, True):
+        problems.append(
+            "an anchor (^ or $) inside the pattern is treated as empty, so strings the "
+            "pattern can never match are accepted"
+        )
+    return problems
