@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
-from integration_tests.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
+from harness.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
 
+from grammar_guard.core.grammar_text import grammar_is_lark
 from grammar_guard.core.settings import ENV_PREFIX as SETTINGS_PREFIX
 from grammar_guard.core.spec import CompileOptions
-from grammar_guard.core.xgrammar_engine import grammar_is_lark
 from grammar_guard.demo.cases import CASES, Case, check_json_object
 from grammar_guard.demo.tiny_model import build_tiny_model
 
@@ -176,7 +176,7 @@ def build_reference_engine(model: str) -> GrammarEngine:
     """The grammar engine the server builds for ``model``, here, to time compiles against."""
     from transformers import AutoTokenizer, PretrainedConfig
 
-    from grammar_guard.vllm_adapter.backend import build_engine
+    from grammar_guard.core.engine_factory import build_engine
 
     vocab_size = PretrainedConfig.from_pretrained(model).vocab_size
     return build_engine(AutoTokenizer.from_pretrained(model), vocab_size)

@@ -8,7 +8,7 @@ then sends a planned mix of requests, many at once:
 - good requests with a schema never sent before (a compile each; they fill
   the cache past its bound, so it evicts from then on);
 - bad requests, drawn from the refusals of the bad-input corpus
-  (``integration_tests/bad_input_corpus.py``), small bodies only.
+  (``harness/bad_input/``), small bodies only.
 
 Every answer is checked: a good request must come back 200 with output its
 schema accepts (a valid prefix when cut by ``max_tokens``), a bad one with a
@@ -24,7 +24,7 @@ reports:
 - the engine core's resident memory (RSS) sampled over the run, and whether
   it is flat once the cache bound was reached (see :func:`memory_trend`).
 
-Run from the repository root (the server helpers live in ``integration_tests``):
+Run from the repository root (the server helpers live in ``harness``):
 
     .venv/bin/python -m benchmarks.load_soak [--requests 6000] [--max-requests 24000]
 
@@ -51,17 +51,10 @@ from typing import Any
 
 import httpx
 import psutil
-from integration_tests.bad_input_corpus import (
-    CORPUS,
-    SERVER_ARGS,
-    Case,
-    Outcome,
-    Reply,
-    completion,
-    constrained,
-    json_output,
-)
-from integration_tests.server import ApiServer, engine_core_process, start_api_server
+from harness.bad_input.builders import completion, constrained
+from harness.bad_input.case import SERVER_ARGS, Case, Outcome, Reply, json_output
+from harness.bad_input.corpus import CORPUS
+from harness.server import ApiServer, engine_core_process, start_api_server
 
 from grammar_guard.demo.tiny_model import build_tiny_model
 

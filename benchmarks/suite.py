@@ -51,7 +51,7 @@ def _script(name: str, *arguments: str) -> Command:
 
 
 def _module(name: str, *arguments: str) -> Command:
-    """The same as a module: these import ``integration_tests``, found from the repository root."""
+    """``benchmarks.NAME`` run as a module: a package, or a script that imports ``harness``."""
     return lambda folder: ["-m", f"benchmarks.{name}", *_filled(arguments, folder)]
 
 
@@ -80,8 +80,8 @@ BENCHMARKS = (
     _scripted("bench_end_to_end", "--smoke", starts_engines=True),
     Benchmark(
         "bench_head_of_line",
-        full=_script("bench_head_of_line", *HEAD_OF_LINE_FILES),
-        smoke=_script("bench_head_of_line", *HEAD_OF_LINE_SMOKE, *HEAD_OF_LINE_FILES),
+        full=_module("head_of_line", *HEAD_OF_LINE_FILES),
+        smoke=_module("head_of_line", *HEAD_OF_LINE_SMOKE, *HEAD_OF_LINE_FILES),
         starts_engines=True,
         plots=("head_of_line.png",),
     ),

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from harness.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
 
 from grammar_guard.demo.tiny_model import build_tiny_model
-from integration_tests.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
 
 if TYPE_CHECKING:
     from vllm import LLM

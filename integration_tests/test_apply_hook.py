@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from harness.oracles import assert_satisfies
 
 from grammar_guard.demo.cases import CASES
 from grammar_guard.vllm_adapter import apply_hook
-from integration_tests.oracles import assert_satisfies
+from grammar_guard.vllm_adapter.registration import installed_patches
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -61,4 +62,4 @@ def test_the_engine_runner_is_recorded_as_a_grammar_guard_runner(llm: LLM) -> No
     state = apply_hook._runner_apply(runner)
     assert state is not None
     assert state.applier is not None  # built by the first applied step
-    assert apply_hook.apply_hook_installed()
+    assert installed_patches()["bitmask_apply"]

@@ -1,7 +1,7 @@
 """The bad-input corpus against a real OpenAI-compatible server, while good requests keep flowing.
 
 One server (2 s compile timeout, 64 MiB cache, the ``hermes`` tool parser)
-answers every case of :mod:`integration_tests.bad_input_corpus` in turn,
+answers every case of :mod:`harness.bad_input.corpus` in turn,
 once its compile workers are up. Meanwhile two client threads send good
 requests without pause, a third of them with a schema the server has never
 seen (a compile each), and check every output. At the end the good stream
@@ -29,21 +29,14 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from harness.bad_input.builders import completion, constrained
+from harness.bad_input.case import SERVER_ARGS, Case, Outcome, Reply, json_output
+from harness.bad_input.corpus import CORPUS
+from harness.server import ApiServer, engine_core_process, start_api_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS
 from grammar_guard.vllm_adapter.frontend import PARSE_DEADLINE_S
-from integration_tests.bad_input_corpus import (
-    CORPUS,
-    SERVER_ARGS,
-    Case,
-    Outcome,
-    Reply,
-    completion,
-    constrained,
-    json_output,
-)
-from integration_tests.server import ApiServer, engine_core_process, start_api_server
 
 pytestmark = pytest.mark.engine
 

@@ -19,8 +19,7 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
-
-from integration_tests.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
+from harness.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
 
 pytestmark = pytest.mark.engine
 

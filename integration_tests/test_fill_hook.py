@@ -6,10 +6,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from harness.oracles import assert_valid_prefix
 
 from grammar_guard.core.bitmask_fill import BitmaskFiller, FillStrategy
 from grammar_guard.vllm_adapter import fill_hook
-from integration_tests.oracles import assert_valid_prefix
+from grammar_guard.vllm_adapter.patching import plugin_state
 
 if TYPE_CHECKING:
     from vllm import LLM, RequestOutput
@@ -85,15 +86,15 @@ def test_a_mixed_batch_decodes_valid_output_through_the_hook(llm: LLM) -> None:
     assert fill_hook.counters.rows - rows >= generated
 
 
-def test_every_strategy_gives_the_same_greedy_output(llm: LLM) -> None:
-    manager = _manager(llm)
+def test_every_strategy_gives_the_same_greedy_output(
+    llm: LLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = plugin_state(_manager(llm))
     results = {}
-    try:
-        for strategy, step in ((FillStrategy.BATCH, 0.0), (FillStrategy.PARALLEL, 1.0)):
-            manager._grammar_guard_filler = BitmaskFiller(threads=2, clock=_Clock(step))
-            used_before = fill_hook.counters.strategies.get(strategy, 0)
-            results[strategy] = [o.outputs[0].token_ids for o in _generate(llm, temperature=0)]
-            assert fill_hook.counters.strategies.get(strategy, 0) > used_before
-    finally:
-        del manager._grammar_guard_filler
+    for strategy, step in ((FillStrategy.BATCH, 0.0), (FillStrategy.PARALLEL, 1.0)):
+        filler = BitmaskFiller(threads=2, clock=_Clock(step))
+        monkeypatch.setitem(state, fill_hook.FILLER_STATE, filler)
+        used_before = fill_hook.counters.strategies.get(strategy, 0)
+        results[strategy] = [o.outputs[0].token_ids for o in _generate(llm, temperature=0)]
+        assert fill_hook.counters.strategies.get(strategy, 0) > used_before
     assert results[FillStrategy.BATCH] == results[FillStrategy.PARALLEL]

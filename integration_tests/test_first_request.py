@@ -30,10 +30,10 @@ from benchmarks.first_request import (
     build_reference_engine,
     measure_first_requests,
 )
+from harness.oracles import assert_satisfies
+from harness.server import GRAMMAR_GUARD_FLAGS, start_api_server
 
 from grammar_guard.core.settings import ENV_PREFIX
-from integration_tests.oracles import assert_satisfies
-from integration_tests.server import GRAMMAR_GUARD_FLAGS, start_api_server
 
 pytestmark = pytest.mark.engine
 

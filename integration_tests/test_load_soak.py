@@ -17,9 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 from benchmarks.load_soak import SoakConfig, SoakResult, run_soak
-
-from integration_tests.bad_input_corpus import SERVER_ARGS
-from integration_tests.server import start_api_server
+from harness.bad_input.case import SERVER_ARGS
+from harness.server import start_api_server
 
 pytestmark = pytest.mark.engine
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness.oracles import assert_satisfies
 
 from grammar_guard.demo.cases import CASES
-from integration_tests.oracles import assert_satisfies
 
 pytestmark = pytest.mark.engine
 

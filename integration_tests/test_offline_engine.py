@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from harness.oracles import assert_satisfies, assert_valid_prefix
 
 import grammar_guard
 from grammar_guard.demo.cases import CASES, PERSON_SCHEMA, Case
-from integration_tests.oracles import assert_satisfies, assert_valid_prefix
 
 if TYPE_CHECKING:
     from vllm import LLM, RequestOutput

@@ -8,10 +8,10 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
+from harness.oracles import assert_satisfies, assert_valid_prefix
+from harness.server import ApiServer
 
 from grammar_guard.demo.cases import CASES, PERSON_SCHEMA, Case
-from integration_tests.oracles import assert_satisfies, assert_valid_prefix
-from integration_tests.server import ApiServer
 
 pytestmark = pytest.mark.engine
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import jsonschema
 import pytest
+from harness.oracles import assert_valid_prefix
 
 from grammar_guard.core.disk_store import stored_files
 from grammar_guard.demo.engine import ENGINE_ENV
-from integration_tests.oracles import assert_valid_prefix
 
 pytestmark = pytest.mark.engine
 

@@ -1,4 +1,4 @@
-"""bench_head_of_line's goal line: the verdict, and whether the run could test it.
+"""The head-of-line benchmark's goal line: the verdict, and whether the run could test it.
 
 A generated run on an engine that cannot serve the stream even without slow
 requests measures queueing; its ratio must not read as a verdict on blocking.
@@ -6,13 +6,9 @@ requests measures queueing; its ratio must not read as a verdict on blocking.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from head_of_line_report import ALONE, LOADED, Sample, goal_line, summaries
-from head_of_line_workload import Kind
+from benchmarks.head_of_line.report import goal_line, summaries
+from benchmarks.head_of_line.samples import ALONE, LOADED, Sample
+from benchmarks.head_of_line.workload import Kind
 
 
 def _hits(ttft_s: float, wait_s: float, step_s: float = 0.010) -> list[Sample]:

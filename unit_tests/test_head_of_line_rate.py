@@ -1,4 +1,4 @@
-"""bench_head_of_line's own rate: a stream the machine it runs on can serve.
+"""The head-of-line benchmark's own rate: a stream the machine it runs on can serve.
 
 A fixed 8 requests/s was a growing queue on a slow machine even without slow
 schemas; the run then measured queueing and could not test the goal.
@@ -6,13 +6,13 @@ schemas; the run then measured queueing and could not test the goal.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from bench_head_of_line import FULL as WORKLOAD
-from head_of_line_workload import BURST_REQUESTS, REPEATED_SCHEMAS, Kind, sustainable_rate
+from benchmarks.head_of_line.workload import (
+    BURST_REQUESTS,
+    REPEATED_SCHEMAS,
+    Kind,
+    sustainable_rate,
+)
+from benchmarks.head_of_line.workload import FULL as WORKLOAD
 
 
 def test_a_fast_engine_keeps_the_documented_rate() -> None:

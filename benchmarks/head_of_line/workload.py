@@ -1,4 +1,4 @@
-"""The request stream of ``bench_head_of_line.py``: schemas and a seeded arrival schedule.
+"""The head-of-line benchmark's request stream: schemas, a seeded arrival schedule, the presets.
 
 Nothing here starts an engine; the schedule is plain data, so every backend
 and both kinds of block replay exactly the same simple stream.
@@ -10,7 +10,7 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -205,3 +205,18 @@ class Workload:
             )
             for index, (at, count) in enumerate(zip(times, strings, strict=True))
         ]
+
+
+# A slow schema every 7.5 s, alternately one and two new long strings: about
+# 2.5 s and 5 s of compile each on an idle 2-core machine, so vLLM's single
+# grammar thread is busy about half of a loaded block and keeps up.
+FULL = Workload(
+    block_s=30.0,
+    rounds=2,
+    rate_per_s=8.0,
+    new_small_share=0.1,
+    slow_every_s=7.5,
+    slow_strings=(1, 2),
+    slow_max_length=300,
+)
+QUICK = replace(FULL, block_s=15.0, rounds=1)
