@@ -281,13 +281,13 @@ def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str
 def _engine_and_spec(schema: dict[str, Any], selection: str) -> tuple[Any, Any]:
     """The tiny model's engine under ``GRAMMAR_GUARD_ENGINE=selection``, and the schema's key."""
     from grammar_guard.cli.model import ModelArgs, load_engine
-    from grammar_guard.core.settings import ENGINE_VARIABLE, CacheSettings
+    from grammar_guard.core.settings import ENGINE_VARIABLE, Settings
     from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
     from grammar_guard.demo.engine import STRUCTURED_OUTPUTS_CONFIG
     from grammar_guard.demo.tiny_model import build_tiny_model
 
     with scoped_environment({ENGINE_VARIABLE: selection}):
-        settings = CacheSettings.from_env()
+        settings = Settings.from_env()
         engine = load_engine(
             ModelArgs(model=str(build_tiny_model())), unenforced=settings.unenforced
         )

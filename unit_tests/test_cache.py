@@ -19,12 +19,12 @@ import pytest
 from grammar_guard.core.cache import DeadlineWatcher, GrammarCache
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.metrics import Counter, Gauge
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 
 HANG_GUARD_S = 30.0
 T = 30.0  # compile timeout used throughout
-SETTINGS = CacheSettings(compile_timeout_s=T, max_retries=2, max_entries=64, max_bytes=10_000)
+SETTINGS = Settings(compile_timeout_s=T, max_retries=2, max_entries=64, max_bytes=10_000)
 
 
 class FakeClock:
@@ -87,7 +87,7 @@ class ManualExecutor(Executor):
 
 
 class Harness:
-    def __init__(self, settings: CacheSettings = SETTINGS, executor: Executor | None = None):
+    def __init__(self, settings: Settings = SETTINGS, executor: Executor | None = None):
         self.clock = FakeClock()
         self.compiler = FakeCompiler()
         self.executor = executor or ManualExecutor()
@@ -347,7 +347,7 @@ def test_timeout_marker_refuses_at_once_until_its_ttl_then_the_key_compiles_agai
 
 
 def test_ttl_can_differ_from_the_timeout() -> None:
-    h = Harness(CacheSettings(compile_timeout_s=T, timeout_ttl_s=5))
+    h = Harness(Settings(compile_timeout_s=T, timeout_ttl_s=5))
     h.time_out_once("k")
     h.clock.advance(5)
     assert not h.cache.admit("k").future.done()  # marker gone: a new attempt waits
@@ -587,7 +587,7 @@ def fill(h: Harness, *keys: str) -> None:
 
 
 def test_least_recently_used_entries_go_first_to_stay_under_the_byte_bound() -> None:
-    h = Harness(CacheSettings(max_bytes=350, max_entries=100))
+    h = Harness(Settings(max_bytes=350, max_entries=100))
     fill(h, "a", "b", "c")  # 100 bytes each
     h.cache.admit("a")  # touch: b is now the least recently used
     fill(h, "d")
@@ -598,13 +598,13 @@ def test_least_recently_used_entries_go_first_to_stay_under_the_byte_bound() -> 
 
 
 def test_the_entry_bound_holds_too() -> None:
-    h = Harness(CacheSettings(max_bytes=10**9, max_entries=2))
+    h = Harness(Settings(max_bytes=10**9, max_entries=2))
     fill(h, "a", "b", "c")
     assert len(h.cache) == 2 and not h.cache.admit("a").hit
 
 
 def test_in_flight_entries_are_never_evicted() -> None:
-    h = Harness(CacheSettings(max_bytes=150, max_entries=1))
+    h = Harness(Settings(max_bytes=150, max_entries=1))
     waiting = h.cache.admit("slow").future
     fill_queue = h.cache.admit("x").future  # both in flight: over the entry bound for now
     assert len(h.cache) == 2
@@ -614,7 +614,7 @@ def test_in_flight_entries_are_never_evicted() -> None:
 
 
 def test_a_grammar_larger_than_the_whole_bound_is_served_but_not_kept() -> None:
-    h = Harness(CacheSettings(max_bytes=500, max_entries=10))
+    h = Harness(Settings(max_bytes=500, max_entries=10))
     future = h.cache.admit("big").future
     h.manual.run_next()
     assert future.result(timeout=0) == "compiled:big"
@@ -622,7 +622,7 @@ def test_a_grammar_larger_than_the_whole_bound_is_served_but_not_kept() -> None:
 
 
 def test_timeout_bookkeeping_is_bounded() -> None:
-    settings = CacheSettings(max_entries=2)
+    settings = Settings(max_entries=2)
     h = Harness(settings)
     for i in range(3 * settings.max_tracked_keys):
         h.time_out_once(f"k{i}")
@@ -766,7 +766,7 @@ def test_only_a_key_served_now_is_upgraded(h: Harness, state: str) -> None:
 
 
 def test_an_upgrade_over_the_byte_bound_evicts_least_recently_used_entries() -> None:
-    h = Harness(CacheSettings(max_bytes=1200, max_entries=100))
+    h = Harness(Settings(max_bytes=1200, max_entries=100))
     fill(h, "a", "b", "c")
     assert h.cache.upgrade("c", "big:c")  # 100 + 100 + 1000 fits; then a and b
     assert h.cache.size_bytes == 1200

@@ -24,7 +24,7 @@ from grammar_guard.core.disk_store import DiskStore
 from grammar_guard.core.errors import UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.routing import QUICK_SPEC_CHARS, EngineName, RoutedCompiled, RoutedEngine
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
@@ -75,7 +75,7 @@ def recording(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> Iter
 @pytest.fixture
 def service(recording: _Recording) -> Iterator[CompileService]:
     # One slow-lane thread, so one held slow compile fills that lane.
-    running = CompileService(recording, CacheSettings(compile_workers=1))
+    running = CompileService(recording, Settings(compile_workers=1))
     yield running
     recording.release()
     running.close("test over")
@@ -118,7 +118,7 @@ def test_quick_compiles_stay_in_the_thread_and_others_go_to_workers(
     routed: RoutedEngine,
 ) -> None:
     elsewhere = _Elsewhere(routed)
-    service = CompileService(routed, CacheSettings(compile_workers=1), compiler=elsewhere)
+    service = CompileService(routed, Settings(compile_workers=1), compiler=elsewhere)
     try:
         quick = service.admit(_json(LONG_STRING)).future.result(timeout=HANG_GUARD_S)
         assert isinstance(quick, RoutedCompiled) and quick.engine is EngineName.LLGUIDANCE
@@ -182,7 +182,7 @@ def test_with_compiles_in_workers_no_thread_of_the_engine_runs_below_its_priorit
 
     monkeypatch.setattr(DiskStore, "save", recording_save)
     elsewhere = _Elsewhere(routed)
-    settings = CacheSettings(compile_workers=1, cache_dir=tmp_path)
+    settings = Settings(compile_workers=1, cache_dir=tmp_path)
     service = CompileService(routed, settings, compiler=elsewhere)
     try:
         service.admit(_json(LARGE_ENUM)).future.result(timeout=HANG_GUARD_S)

@@ -21,7 +21,7 @@ from grammar_guard.core.compilers import CompileResult
 from grammar_guard.core.disk_store import DiskStore, stored_files
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.metrics import Counter
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 
 HANG_GUARD_S = 60.0
@@ -88,7 +88,7 @@ def _start(
     workers: int = 2,
     clock: FakeClock | None = None,
 ) -> CompileService:
-    settings = CacheSettings(compile_timeout_s=T, compile_workers=workers, cache_dir=folder)
+    settings = Settings(compile_timeout_s=T, compile_workers=workers, cache_dir=folder)
     service = CompileService(small.engine, settings, compiler=compiler, clock=clock or FakeClock())
     services.append(service)
     return service

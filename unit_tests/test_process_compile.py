@@ -35,7 +35,7 @@ from grammar_guard.core.compilers import InThreadCompiler
 from grammar_guard.core.engine import CompiledGrammar, EngineRecipe, GrammarEngine
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.process_compile import ProcessCompiler, make_compiler
-from grammar_guard.core.settings import CacheSettings, CompileIsolation
+from grammar_guard.core.settings import CompileIsolation, Settings
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
@@ -394,7 +394,7 @@ def test_a_worker_that_cannot_start_fails_its_compile_clearly(faulty: FaultyEngi
 def test_a_killed_compile_fails_its_waiting_requests_and_the_cache_goes_on(
     small: SmallTokenizer, single: ProcessCompiler
 ) -> None:
-    settings = CacheSettings(compile_timeout_s=HANG_GUARD_S)
+    settings = Settings(compile_timeout_s=HANG_GUARD_S)
     with ThreadPoolExecutor(max_workers=2) as pool:
         cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
             lambda spec: single.compile(spec).compiled, pool, settings
@@ -543,11 +543,11 @@ def test_a_worker_never_runs_the_main_module_of_the_engine_process(tmp_path: Pat
 
 
 def test_make_compiler_follows_the_isolation_setting(small: SmallTokenizer) -> None:
-    thread = make_compiler(small.engine, CacheSettings(compile_isolation=CompileIsolation.THREAD))
+    thread = make_compiler(small.engine, Settings(compile_isolation=CompileIsolation.THREAD))
     assert isinstance(thread, InThreadCompiler)
     process = make_compiler(
         small.engine,
-        CacheSettings(compile_isolation=CompileIsolation.PROCESS, compile_workers=1),
+        Settings(compile_isolation=CompileIsolation.PROCESS, compile_workers=1),
     )
     try:
         assert isinstance(process, ProcessCompiler)

@@ -10,8 +10,8 @@ from vllm.config.structured_outputs import StructuredOutputsConfig
 import grammar_guard
 from grammar_guard.core.settings import (
     MIB,
-    CacheSettings,
     CompileIsolation,
+    Settings,
     SettingsError,
     UnenforcedPolicy,
     unenforced_policy_from_env,
@@ -21,7 +21,7 @@ grammar_guard.register()
 
 
 def test_defaults() -> None:
-    settings = CacheSettings.from_env({})
+    settings = Settings.from_env({})
     assert settings.compile_timeout_s == 30.0 and settings.max_retries == 2
     assert settings.ttl_s == 30.0  # the TTL follows the timeout unless set
     assert settings.max_bytes == 512 * MIB and settings.max_entries == 1024
@@ -33,7 +33,7 @@ def test_defaults() -> None:
 
 
 def test_every_variable_is_read() -> None:
-    settings = CacheSettings.from_env(
+    settings = Settings.from_env(
         {
             "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": "2.5",
             "GRAMMAR_GUARD_MAX_RETRIES": "0",
@@ -47,7 +47,7 @@ def test_every_variable_is_read() -> None:
             "GRAMMAR_GUARD_UPGRADE_AFTER": "0",
         }
     )
-    assert settings == CacheSettings(
+    assert settings == Settings(
         compile_timeout_s=2.5,
         max_retries=0,
         timeout_ttl_s=7.0,
@@ -62,7 +62,7 @@ def test_every_variable_is_read() -> None:
 
 
 def test_ttl_and_hard_limit_follow_a_configured_timeout() -> None:
-    settings = CacheSettings.from_env({"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": "4"})
+    settings = Settings.from_env({"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": "4"})
     assert settings.ttl_s == 4.0
     assert settings.kill_after_s == 16.0
 
@@ -91,7 +91,7 @@ def test_ttl_and_hard_limit_follow_a_configured_timeout() -> None:
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:
     with pytest.raises(SettingsError, match=variable):
-        CacheSettings.from_env({variable: value})
+        Settings.from_env({variable: value})
 
 
 def test_a_bad_value_stops_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,7 +105,7 @@ def test_a_bad_value_stops_the_engine_config(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_cache_folder_is_off_unless_named() -> None:
-    settings = CacheSettings.from_env({})
+    settings = Settings.from_env({})
     assert settings.cache_dir is None and settings.warmup_file is None
     assert settings.cache_dir_max_bytes == 1024 * MIB
 
@@ -113,7 +113,7 @@ def test_the_cache_folder_is_off_unless_named() -> None:
 def test_cache_folder_bound_and_warmup_file_are_read(tmp_path: Path) -> None:
     warmup = tmp_path / "warm.jsonl"
     warmup.write_text("")
-    settings = CacheSettings.from_env(
+    settings = Settings.from_env(
         {
             "GRAMMAR_GUARD_CACHE_DIR": str(tmp_path / "not-created-yet"),
             "GRAMMAR_GUARD_CACHE_DIR_MB": "2.5",
@@ -142,14 +142,14 @@ def test_a_bad_cache_folder_or_warmup_value_names_its_variable(
     a_file.write_text("")
     value = value.format(file=a_file, missing=tmp_path / "missing.jsonl", folder=tmp_path)
     with pytest.raises(SettingsError, match=variable):
-        CacheSettings.from_env({variable: value})
+        Settings.from_env({variable: value})
 
 
 # --- keywords xgrammar would not enforce ----------------------------------------------------
 
 
 def test_unenforced_keywords_are_refused_by_default() -> None:
-    assert CacheSettings.from_env({}).unenforced is UnenforcedPolicy.REFUSE
+    assert Settings.from_env({}).unenforced is UnenforcedPolicy.REFUSE
     assert unenforced_policy_from_env({}) is UnenforcedPolicy.REFUSE
 
 
@@ -163,14 +163,14 @@ def test_unenforced_keywords_are_refused_by_default() -> None:
 )
 def test_the_unenforced_policy_is_read(value: str, policy: UnenforcedPolicy) -> None:
     environ = {"GRAMMAR_GUARD_UNENFORCED": value}
-    assert CacheSettings.from_env(environ).unenforced is policy
+    assert Settings.from_env(environ).unenforced is policy
     assert unenforced_policy_from_env(environ) is policy
 
 
 @pytest.mark.parametrize("value", ["ignore", "0", "refuse,warn"])
 def test_a_bad_unenforced_policy_names_the_variable(value: str) -> None:
     with pytest.raises(SettingsError, match=r"GRAMMAR_GUARD_UNENFORCED.*refuse, warn"):
-        CacheSettings.from_env({"GRAMMAR_GUARD_UNENFORCED": value})
+        Settings.from_env({"GRAMMAR_GUARD_UNENFORCED": value})
 
 
 def test_a_bad_unenforced_policy_stops_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:

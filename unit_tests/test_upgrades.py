@@ -26,7 +26,7 @@ from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds
 from grammar_guard.core.metrics import LabelledCounter
 from grammar_guard.core.routing import EngineName, RoutedCompiled, RoutedEngine
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.upgrades import MaskCost
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
@@ -73,7 +73,7 @@ def _service(
 ) -> CompileService:
     return CompileService(
         routed,
-        CacheSettings(compile_workers=1, **settings),
+        Settings(compile_workers=1, **settings),
         compiler=compiler,
         mask_cost=_costs(costs),
     )
@@ -401,7 +401,7 @@ def test_the_admitting_thread_never_plans_a_large_key(
     services: list[CompileService],
 ) -> None:
     engine = _PlanThreads(small.engine, small_llguidance)
-    service = CompileService(engine, CacheSettings(compile_workers=1), mask_cost=_costs({}))
+    service = CompileService(engine, Settings(compile_workers=1), mask_cost=_costs({}))
     services.append(service)
     large = _json({**LONG_STRING, "description": "x" * QUICK_LANE_MAX_CHARS})
     for _ in range(3):  # a miss, then hits: none may parse the spec here

@@ -15,7 +15,7 @@ from grammar_guard.core.cache import Admission
 from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.compilers import InThreadCompiler
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.warmup import WarmUp, WarmupResult, parse_warmup, read_warmup_file
 from grammar_guard.vllm_adapter.request_spec import spec_from_key
@@ -152,7 +152,7 @@ def test_stop_admits_nothing_more() -> None:
 
 
 def test_warmed_grammars_are_cache_hits_for_requests(small: SmallTokenizer) -> None:
-    settings = CacheSettings(compile_workers=2)
+    settings = Settings(compile_workers=2)
     service = CompileService(small.engine, settings, compiler=InThreadCompiler(small.engine))
     try:
         plan = parse_warmup(

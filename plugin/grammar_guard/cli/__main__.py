@@ -13,7 +13,7 @@ from grammar_guard.cli.inputs import FILE_KINDS, KIND_BY_EXTENSION
 from grammar_guard.cli.model import ModelArgs, ModelLoadError, load_engine
 from grammar_guard.cli.session import Session, settings_with
 from grammar_guard.core.engine import GrammarEngine
-from grammar_guard.core.settings import ENV_PREFIX, CacheSettings, SettingsError
+from grammar_guard.core.settings import ENV_PREFIX, Settings, SettingsError
 from grammar_guard.core.spec import CompileOptions, RequestKind
 
 # Warming is done ahead of serving, so a slow grammar gets time the server
@@ -92,7 +92,7 @@ def _model_args(args: argparse.Namespace) -> ModelArgs:
     )
 
 
-def _engine(args: argparse.Namespace, settings: CacheSettings) -> GrammarEngine:
+def _engine(args: argparse.Namespace, settings: Settings) -> GrammarEngine:
     return load_engine(_model_args(args), unenforced=settings.unenforced)
 
 

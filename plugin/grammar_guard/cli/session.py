@@ -10,22 +10,22 @@ from types import TracebackType
 from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.engine import GrammarEngine
 from grammar_guard.core.process_compile import make_compiler
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 
 
-def settings_with(overrides: Mapping[str, str]) -> CacheSettings:
+def settings_with(overrides: Mapping[str, str]) -> Settings:
     """The engine's settings from the environment, with some variables set by flags.
 
     Going through ``from_env`` keeps its validation and its derived defaults
     (a compile's kill limit follows the timeout, for instance).
     """
-    return CacheSettings.from_env({**os.environ, **overrides})
+    return Settings.from_env({**os.environ, **overrides})
 
 
 class Session:
     """A compile service over ``engine``; closing it stops its compiles."""
 
-    def __init__(self, engine: GrammarEngine, settings: CacheSettings) -> None:
+    def __init__(self, engine: GrammarEngine, settings: Settings) -> None:
         self.engine = engine
         self.settings = settings
         self.service = CompileService(engine, settings, compiler=make_compiler(engine, settings))

@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.metrics import CacheMetrics, Counter
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -109,7 +109,7 @@ class GrammarCache(Generic[K, V]):
         self,
         compile_fn: Callable[[K], V],
         executor: Executor,
-        settings: CacheSettings,
+        settings: Settings,
         *,
         size_of: Callable[[V], int] = lambda _value: 0,
         clock: Clock = time.monotonic,

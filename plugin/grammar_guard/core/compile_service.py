@@ -41,7 +41,7 @@ from grammar_guard.core.upgrades import MaskCost, Upgrades
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
-    from grammar_guard.core.settings import CacheSettings
+    from grammar_guard.core.settings import Settings
     from grammar_guard.core.spec import GrammarSpec
 
 
@@ -143,7 +143,7 @@ class _CompilePool:
 
     def __init__(
         self,
-        settings: CacheSettings,
+        settings: Settings,
         follow_ups: Callable[[Callable[[], None]], None],
         *,
         lowered: bool,
@@ -185,7 +185,7 @@ class _CompilePool:
             lane.shutdown(wait=False, cancel_futures=True)
 
 
-def _thread_priority(settings: CacheSettings, *, lowered: bool) -> dict[str, Any]:
+def _thread_priority(settings: Settings, *, lowered: bool) -> dict[str, Any]:
     """Pool arguments that start each thread at ``GRAMMAR_GUARD_COMPILE_NICENESS`` if ``lowered``.
 
     Lowered only with in-thread isolation, where the lanes' threads compile
@@ -218,7 +218,7 @@ class CompileService:
     def __init__(
         self,
         engine: GrammarEngine,
-        settings: CacheSettings,
+        settings: Settings,
         *,
         compiler: Compiler | None = None,
         metrics: CacheMetrics | None = None,

@@ -42,7 +42,7 @@ from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, CompileIsolati
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import GrammarEngine
-    from grammar_guard.core.settings import CacheSettings
+    from grammar_guard.core.settings import Settings
     from grammar_guard.core.spec import GrammarSpec
 
 # Starting a worker imports xgrammar (and with it torch): seconds, tens of
@@ -339,7 +339,7 @@ class ProcessCompiler:
         return f"the grammar compile process exited (exit code {code})"
 
 
-def make_compiler(engine: GrammarEngine, settings: CacheSettings) -> Compiler:
+def make_compiler(engine: GrammarEngine, settings: Settings) -> Compiler:
     """The compiler ``GRAMMAR_GUARD_COMPILE_ISOLATION`` asks for."""
     if settings.compile_isolation is CompileIsolation.THREAD:
         return InThreadCompiler(engine)

@@ -104,7 +104,9 @@ def default_compile_workers() -> int:
 
 
 @dataclass(frozen=True)
-class CacheSettings:
+class Settings:
+    """Every plugin setting: the cache's, the compile pool's, routing's and the disk store's."""
+
     compile_timeout_s: float = 30.0
     max_retries: int = 2
     timeout_ttl_s: float | None = None  # None: the compile timeout
@@ -142,7 +144,7 @@ class CacheSettings:
         return 4 * self.max_entries
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> CacheSettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         environ = os.environ if environ is None else environ
         defaults = cls()
 

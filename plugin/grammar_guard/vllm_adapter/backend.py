@@ -30,7 +30,7 @@ from grammar_guard.core.guarded_matcher import GuardedMatcher
 from grammar_guard.core.inline_wait import InlineWaitBudget
 from grammar_guard.core.metrics import CacheMetrics
 from grammar_guard.core.process_compile import make_compiler
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
@@ -75,7 +75,7 @@ def _failed(error: BaseException) -> Future[StructuredOutputGrammar]:
 @dataclass
 class GrammarGuardBackend(StructuredOutputBackend):
     def __post_init__(self) -> None:
-        self.settings = CacheSettings.from_env()
+        self.settings = Settings.from_env()
         self._options = compile_options(self.vllm_config.structured_outputs_config)
         self._engine = build_engine(
             self.tokenizer,

@@ -32,7 +32,7 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.structured_output import StructuredOutputManager
 
 from grammar_guard import BACKEND_NAME
-from grammar_guard.core.settings import CacheSettings
+from grammar_guard.core.settings import Settings
 from grammar_guard.vllm_adapter.compat import installed_release
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def config_validation(
             )
         # A bad GRAMMAR_GUARD_* value stops start-up here, naming the variable,
         # rather than failing the first structured request in the engine.
-        CacheSettings.from_env()
+        Settings.from_env()
         return self
 
     return validate
