@@ -6,7 +6,7 @@ start together, since an engine start is the slow part here. The first
 serves a schema with two long bounded strings (seconds to compile), stores
 it and stops; then the second, the restarted engine, must serve it from the
 folder, which its metrics tell apart from a compile. Concurrent writers of
-one folder are covered with real processes in ``unit_tests/test_disk_store.py``.
+one folder are covered with real processes in ``unit_tests/core/test_disk_store.py``.
 """
 
 from __future__ import annotations

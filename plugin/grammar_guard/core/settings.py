@@ -1,4 +1,4 @@
-"""Compile-cache settings, read once from ``GRAMMAR_GUARD_*`` environment variables.
+"""Every plugin setting, read once from ``GRAMMAR_GUARD_*`` environment variables.
 
 A bad value raises :class:`SettingsError` naming the variable, so a server
 refuses to start instead of running with a setting it silently ignored.

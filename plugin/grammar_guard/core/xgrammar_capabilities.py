@@ -3,7 +3,7 @@
 Every entry was found by compiling schemas with the options grammar-guard
 uses (``any_whitespace=False``, ``separators=(",", ":")``, the default
 ``strict_mode=True``) and driving instances through a matcher; the probes
-are the ``calibration`` tests in ``unit_tests/test_schema_analysis.py``, so a
+are the ``calibration`` tests in ``unit_tests/core/test_schema_analysis.py``, so a
 new xgrammar release that changes any of this fails them. The reasons are in
 ``docs/schema-enforcement.md``.
 """

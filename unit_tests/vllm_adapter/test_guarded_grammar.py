@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
+from test_guarded_matcher import RaisingMatcher
 from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
 
 from grammar_guard.core.failures import FailureClass, decode
 from grammar_guard.core.spec import RequestKind
 from grammar_guard.vllm_adapter.backend import GuardedGrammar
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
-from test_guarded_matcher import RaisingMatcher
 
 if TYPE_CHECKING:
     from conftest import SmallTokenizer

@@ -16,18 +16,14 @@ Three layers:
 
 from __future__ import annotations
 
-import functools
-import itertools
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import xgrammar as xgr
+from unit_tests.xgrammar_acceptance import accepted, accepts_text, compile_schema
 
-from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.schema.findings import Finding
 from grammar_guard.core.schema.pointers import join_pointer
@@ -633,25 +629,8 @@ def test_a_legacy_structural_tag_points_into_its_structures() -> None:
 # --- calibration: the table against the installed xgrammar --------------------------
 
 
-@functools.cache
-def _compiler() -> xgr.GrammarCompiler:
-    return xgr.GrammarCompiler(xgr.TokenizerInfo([]), max_threads=1, cache_enabled=False)
-
-
-def _compile(schema: Any) -> xgr.CompiledGrammar:
-    grammar = xgr.Grammar.from_json_schema(
-        json.dumps(schema), any_whitespace=False, separators=(",", ":")
-    )
-    return _compiler().compile_grammar(grammar)
-
-
-def _accepts_text(compiled: xgr.CompiledGrammar, text: str) -> bool:
-    matcher = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
-    return bool(matcher.accept_string(text)) and bool(matcher.is_terminated())
-
-
 def xgrammar_accepts(schema: Any, text: str) -> bool:
-    return _accepts_text(_compile(schema), text)
+    return accepts_text(compile_schema(schema), text)
 
 
 # (what the table claims, schema, a text that is invalid for the schema): xgrammar
@@ -862,228 +841,6 @@ def test_calibration_pattern_reader_matches_the_table() -> None:
     assert len(pattern_problems('(?=a)a^b\\S"', support)) == 4
 
 
-# --- the JSON-Schema-Test-Suite -------------------------------------------------------
-
-SUITE = Path(__file__).resolve().parents[2] / "shared" / "data" / "json-schema-test-suite"
-DRAFT = SUITE / "tests" / "draft2020-12"
-REMOTES = SUITE / "remotes"
-
-# Cases vLLM's xgrammar path gets right that the analysis refuses, where no
-# value shows the gap because xgrammar over-constrains elsewhere (or the
-# ignored keyword happens to be redundant). Refusing them is still right:
-# the keyword named is not enforced.
-KNOWN_STRICTER = {
-    (
-        "ref.json",
-        5,
-    ): "maxItems next to $ref is ignored; the referenced {type: array} admits only []",
-    ("ref.json", 13): "properties next to $ref is ignored; the referenced schema admits only {}",
-    ("unevaluatedItems.json", 9): "unevaluatedItems next to allOf is ignored (redundant here)",
-    ("unevaluatedProperties.json", 25): "unevaluatedProperties next to allOf is ignored "
-    "(redundant here)",
-    ("unevaluatedProperties.json", 26): "properties next to allOf is ignored; the branch "
-    "admits only {}",
-    ("unevaluatedItems.json", 13): "not is ignored; unevaluatedItems: false leaves only "
-    '["foo"], which satisfies it',
-    ("optional/format/unknown.json", 0): "an unknown format is refused by policy; the suite "
-    "reads it as an annotation",
-}
-# Values that show the gap for cases the suite's own instances do not reach.
-WITNESSES: dict[tuple[str, int], Any] = {}
-
-MAX_SERIALISATIONS = 256
-
-
-def serialisations(value: Any) -> list[str]:
-    """Ways to write ``value`` as xgrammar's compact grammars may expect it.
-
-    Compact JSON, with: object keys in every order (a few orders past four
-    keys), ", " as well as "," between items (xgrammar's any-value rules use
-    ", " even in compact mode), non-ASCII as is or escaped, and whole floats
-    also as integers. An invalid instance counts as accepted if any is.
-    """
-    if value is None or isinstance(value, bool):
-        return [json.dumps(value)]
-    if isinstance(value, int | float):
-        forms = [json.dumps(value)]
-        if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
-            forms.append(str(int(value)))
-        return forms
-    if isinstance(value, str):
-        return list(dict.fromkeys([json.dumps(value, ensure_ascii=False), json.dumps(value)]))
-    out: list[str] = []
-    if isinstance(value, list):
-        if not value:
-            return ["[]"]
-        items = [serialisations(item)[:8] for item in value]
-        for separator in [","] if len(value) == 1 else [",", ", "]:
-            for combo in itertools.product(*items):
-                out.append("[" + separator.join(combo) + "]")
-                if len(out) >= MAX_SERIALISATIONS:
-                    return out
-        return out
-    if not value:
-        return ["{}"]
-    keys = list(value)
-    orders = (
-        list(itertools.permutations(keys)) if len(keys) <= 4 else [keys, sorted(keys), keys[::-1]]
-    )
-    members = {
-        key: list(itertools.product(serialisations(key), serialisations(value[key])[:8]))
-        for key in keys
-    }
-    for order in orders:
-        for separator in [","] if len(keys) == 1 else [",", ", "]:
-            for combo in itertools.product(*(members[key] for key in order)):
-                out.append("{" + separator.join(k + ":" + v for k, v in combo) + "}")
-                if len(out) >= MAX_SERIALISATIONS:
-                    return out
-    return out
-
-
-def accepted(compiled: xgr.CompiledGrammar, value: Any) -> bool:
-    return any(_accepts_text(compiled, text) for text in serialisations(value))
-
-
-def _suite_cases() -> Iterator[tuple[str, int, dict[str, Any]]]:
-    files = sorted(DRAFT.glob("*.json")) + sorted(DRAFT.glob("optional/*.json"))
-    files += sorted(DRAFT.glob("optional/format/*.json"))
-    for path in files:
-        for index, case in enumerate(json.loads(path.read_text())):
-            yield path.relative_to(DRAFT).as_posix(), index, case
-
-
-def _vllm_accepts(schema: Any) -> bool:
-    from vllm.v1.structured_output.backend_xgrammar import (
-        has_xgrammar_unsupported_json_features,
-    )
-
-    return not (isinstance(schema, dict) and has_xgrammar_unsupported_json_features(schema))
-
-
-class _Oracle:
-    """Whether a value is invalid for a schema: jsonschema, never touching the network."""
-
-    def __init__(self) -> None:
-        import jsonschema
-        from referencing import Registry, Resource
-        from referencing.exceptions import NoSuchResource
-        from referencing.jsonschema import DRAFT202012
-
-        prefix = "http://localhost:1234/"
-
-        def retrieve(uri: str) -> Resource[Any]:
-            if not uri.startswith(prefix):
-                raise NoSuchResource(ref=uri)
-            document = json.loads((REMOTES / uri[len(prefix) :]).read_text())
-            return Resource.from_contents(document, default_specification=DRAFT202012)
-
-        self._registry: Registry[Any] = Registry(retrieve=retrieve)  # type: ignore[call-arg]
-        self._validator = jsonschema.Draft202012Validator
-        self._formats = jsonschema.Draft202012Validator.FORMAT_CHECKER
-
-    def invalid(self, schema: Any, value: Any) -> bool:
-        try:
-            validator = self._validator(
-                schema, registry=self._registry, format_checker=self._formats
-            )
-            return not validator.is_valid(value)
-        except Exception:  # an unresolvable reference: no verdict
-            return False
-
-
-@pytest.fixture(scope="module")
-def suite_engine(small: Any) -> XGrammarEngine:
-    if not DRAFT.is_dir():
-        pytest.skip(f"JSON-Schema-Test-Suite not found at {SUITE} (../shared/data is absent)")
-    return small.engine
-
-
-def test_json_schema_test_suite(suite_engine: XGrammarEngine) -> None:
-    """Nothing the analysis lets through accepts an instance the suite marks invalid.
-
-    Also measures vLLM's built-in xgrammar path (its frontend check, then
-    the same compile) on the same cases and checks that every schema it gets
-    entirely right is accepted here too, unless a value shows that xgrammar
-    does not enforce it (vLLM was right by luck: the suite's instances miss
-    the gap) or it is in KNOWN_STRICTER.
-    """
-    cases = list(_suite_cases())
-    ours = vllm_accepts = vllm_right = vllm_invalid_accepted = ours_right = input_limited = 0
-    leaks: list[str] = []
-    refused_but_vllm_right: list[tuple[str, int, dict[str, Any], xgr.CompiledGrammar]] = []
-    invalid_by_schema: dict[str, list[Any]] = {}
-    for _, _, case in cases:
-        key = json.dumps(case["schema"], sort_keys=True)
-        invalid_by_schema.setdefault(key, []).extend(
-            t["data"] for t in case["tests"] if not t["valid"]
-        )
-
-    for name, index, case in cases:
-        schema, tests = case["schema"], case["tests"]
-        try:
-            compiled = _compile(schema)
-        except Exception:  # xgrammar refuses it: neither path accepts it
-            continue
-        verdicts = [(accepted(compiled, t["data"]), t["valid"]) for t in tests]
-        right = all(got == valid for got, valid in verdicts)
-        try:  # the request path: the text a client sends, checked, then compiled
-            spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, json.dumps(schema), COMPACT)
-            XGrammarEngine.check(spec)
-            ours_compiled = suite_engine.compile(spec).compiled
-        except UnenforcedKeywordError:
-            ours_compiled = None
-        except InvalidGrammarError:  # input limits (a NUL in a schema string...)
-            ours_compiled, input_limited = None, input_limited + _vllm_accepts(schema) * right
-        if ours_compiled is not None:
-            ours += 1
-            ours_right += right
-            for test in tests:
-                if not test["valid"] and accepted(ours_compiled, test["data"]):
-                    leaks.append(f"{name}[{index}] {test['description']}: {test['data']!r}")
-        if _vllm_accepts(schema):
-            vllm_accepts += 1
-            vllm_right += right
-            vllm_invalid_accepted += sum(got and not valid for got, valid in verdicts)
-            refused_by_analysis = ours_compiled is None and bool(analyze(schema, XGRAMMAR))
-            if right and refused_by_analysis:
-                refused_but_vllm_right.append((name, index, schema, compiled))
-
-    assert not leaks, "invalid instances accepted:\n" + "\n".join(leaks)
-
-    oracle, pool = _Oracle(), [t["data"] for _, _, c in cases for t in c["tests"]]
-    lucky, unexplained = 0, []
-    for name, index, schema, compiled in refused_but_vllm_right:
-        if (name, index) in KNOWN_STRICTER:
-            continue
-        labelled = invalid_by_schema[json.dumps(schema, sort_keys=True)]
-        candidates = [*([WITNESSES[name, index]] if (name, index) in WITNESSES else [])]
-        witness = any(accepted(compiled, v) for v in labelled) or any(
-            accepted(compiled, v) and oracle.invalid(schema, v) for v in [*candidates, *pool]
-        )
-        if witness:
-            lucky += 1
-        else:
-            unexplained.append(
-                f"{name}[{index}] {[f.describe() for f in analyze(schema, XGRAMMAR)]}"
-            )
-    stale = [k for k in KNOWN_STRICTER if k not in {(n, i) for n, i, *_ in refused_but_vllm_right}]
-
-    report = (
-        f"suite cases {len(cases)}; grammar-guard accepts {ours} schemas ({ours_right} entirely "
-        f"right), 0 invalid instances accepted; vLLM's path accepts {vllm_accepts} schemas, "
-        f"{vllm_right} entirely right, {vllm_invalid_accepted} invalid instances accepted; "
-        f"of vLLM's entirely-right schemas grammar-guard refuses "
-        f"{len(refused_but_vllm_right)}: {lucky} with a value xgrammar wrongly accepts, "
-        f"{len(KNOWN_STRICTER)} known stricter; {input_limited} more are refused by "
-        "grammar-guard's input limits (control characters), not by the analysis"
-    )
-    print(report)
-    assert not unexplained, "refused without a reason:\n" + "\n".join(unexplained)
-    assert not stale, f"KNOWN_STRICTER entries no longer refused-and-right: {stale}"
-    assert ours >= vllm_right - lucky - input_limited, report
-
-
 # --- random schemas -------------------------------------------------------------------
 
 
@@ -1232,7 +989,7 @@ def test_random_schemas_the_analysis_passes_reject_what_jsonschema_rejects(seed:
         if analyze(schema, XGRAMMAR):
             continue
         try:
-            compiled = _compile(schema)
+            compiled = compile_schema(schema)
             validator = jsonschema.Draft202012Validator(
                 schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
             )

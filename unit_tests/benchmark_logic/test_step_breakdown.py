@@ -9,7 +9,7 @@ import pytest
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.worker import gpu_model_runner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from step_breakdown import clocks_on, parts_ms
 

@@ -110,7 +110,7 @@ class BrokenEngine(FaultyEngine):
 
 
 def small_faulty_engine(reports: Path) -> FaultyEngine:
-    from conftest import EOS, VOCAB
+    from unit_tests.conftest import EOS, VOCAB
 
     info = xgr.TokenizerInfo(encoded_vocab=list(VOCAB), stop_token_ids=[VOCAB.index(EOS)])
     return FaultyEngine(XGrammarEngine(info, compile_threads=1), reports)
@@ -489,7 +489,7 @@ def test_workers_exit_when_their_parent_dies(tmp_path: Path) -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c", script],
         cwd=here,
-        env={**os.environ, "PYTHONPATH": str(here)},
+        env={**os.environ, "PYTHONPATH": _import_path(here)},
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -516,6 +516,11 @@ def compile_once(reports: str) -> None:
         compiler.close()
 
 
+def _import_path(here: Path) -> str:
+    """This folder (for ``import test_process_compile``) and the repository (for ``unit_tests``)."""
+    return os.pathsep.join([str(here), str(here.parents[1])])
+
+
 MAIN_MODULE = """
 import os, sys
 with open(sys.argv[1], "a") as log:
@@ -533,7 +538,7 @@ def test_a_worker_never_runs_the_main_module_of_the_engine_process(tmp_path: Pat
     here = Path(__file__).parent
     parent = subprocess.Popen(
         [sys.executable, str(main), str(log), str(tmp_path)],
-        env={**os.environ, "PYTHONPATH": str(here)},
+        env={**os.environ, "PYTHONPATH": _import_path(here)},
     )
     assert parent.wait(HANG_GUARD_S) == 0
     assert log.read_text().split() == [str(parent.pid)]  # the parent's line alone
