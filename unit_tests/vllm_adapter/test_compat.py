@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import inspect
 
 import pytest
@@ -10,8 +12,9 @@ from vllm.v1.engine import EngineCoreOutput
 from vllm.v1.structured_output import StructuredOutputManager
 
 from grammar_guard.vllm_adapter.compat import (
+    NEWEST,
     RELEASES,
-    SUPPORTED_RANGE,
+    TESTED_RANGE,
     MaskLayout,
     UnsupportedVLLMVersion,
     installed_release,
@@ -31,24 +34,40 @@ SUPPORTED = {
     "0.33.0": (0, 33),
     "0.33.0.dev1": (0, 33),
     "0.33.2+cu130": (0, 33),
+    "0.34.0": (0, 34),
+    "0.34.1+cu130": (0, 34),
 }
-UNSUPPORTED = ["0.31.9", "0.31.9+cpu", "0.34.0", "0.34.0.dev1", "1.0.0", "0.3.2", "garbage", ""]
+NEWER = {"0.35.0": (0, 35), "0.35.0.dev4": (0, 35), "0.40.2+cpu": (0, 40), "1.0.0": (1, 0)}
+UNSUPPORTED = ["0.31.9", "0.31.9+cpu", "0.3.2", "0.9.0", "garbage", ""]
 
 
 @pytest.mark.parametrize(("version", "minor"), SUPPORTED.items())
 def test_supported_versions(version: str, minor: tuple[int, int]) -> None:
     assert is_supported(version)
-    assert release_for(version).minor == minor
+    release = release_for(version)
+    assert release.minor == minor
+    assert release.tested
+
+
+@pytest.mark.parametrize(("version", "minor"), NEWER.items())
+def test_a_newer_release_behaves_as_the_newest_tested_one(
+    version: str, minor: tuple[int, int]
+) -> None:
+    release = release_for(version)
+    assert release.minor == minor
+    assert not release.tested
+    assert release.name == ".".join(map(str, minor))
+    assert dataclasses.replace(release, minor=NEWEST.minor, tested=True) == NEWEST
 
 
 @pytest.mark.parametrize("version", UNSUPPORTED)
-def test_unsupported_versions(version: str) -> None:
+def test_older_and_unparsable_versions_are_refused(version: str) -> None:
     assert not is_supported(version)
     with pytest.raises(UnsupportedVLLMVersion) as info:
         release_for(version)
     message = str(info.value)
-    assert SUPPORTED_RANGE == ">=0.32.0,<0.34.0"
-    assert SUPPORTED_RANGE in message
+    assert TESTED_RANGE == ">=0.32.0,<0.35.0"
+    assert TESTED_RANGE in message
     assert f"vLLM {version} is installed" in message
 
 
@@ -61,11 +80,11 @@ def test_the_release_table_matches_the_installed_vllm_source() -> None:
     """Each field names a difference the installed vLLM's own code shows (or lacks)."""
     release = installed_release()
     manager_init = inspect.getsource(StructuredOutputManager.__init__)
-    assert release.masks_reasoning_ends == hasattr(
-        StructuredOutputManager, "_masked_reasoning_ends"
-    )
     assert release.failure_error_field == ("error" in EngineCoreOutput.__struct_fields__)
     assert release.names_engine_backend == ("self.backend_name" in manager_init)
+    assert release.v1_model_runner == (
+        importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ class _Greeter:
 
 def test_a_method_is_wrapped_once_and_keeps_its_name_and_original() -> None:
     owner = type("Greeter", (_Greeter,), {"greet": _Greeter.greet})
-    patch = FunctionWrap(owner, "greet", _shouting)
+    patch = FunctionWrap(owner, "greet", _shouting, ("self", "name"))
     assert not patch.applied()
 
     patch.apply()
@@ -54,9 +54,27 @@ def test_a_method_is_wrapped_once_and_keeps_its_name_and_original() -> None:
 def test_a_module_function_is_wrapped_like_a_method() -> None:
     module = types.ModuleType("runner")
     module.greet = lambda name: f"hello {name}"  # type: ignore[attr-defined]
-    FunctionWrap(module, "greet", _shouting).apply()
-    FunctionWrap(module, "greet", _shouting).apply()
+    FunctionWrap(module, "greet", _shouting, ("name",)).apply()
+    FunctionWrap(module, "greet", _shouting, ("name",)).apply()
     assert module.greet("you") == "HELLO YOU"  # type: ignore[attr-defined]
+
+
+def test_a_wrap_checks_that_its_target_is_there_with_the_parameters_it_was_written_for() -> None:
+    assert FunctionWrap(_Greeter, "greet", _shouting, ("self", "name")).check() is None
+    assert FunctionWrap(_Greeter, "wave", _shouting, ("self",)).check() == "_Greeter.wave is gone"
+    renamed = FunctionWrap(_Greeter, "greet", _shouting, ("self", "person"))
+    assert renamed.check() == "_Greeter.greet takes (self, name), not (self, person)"
+    # Only the leading parameters count when the wrapper passes the rest through.
+    leading = FunctionWrap(_Greeter, "greet", _shouting, ("self",), more_parameters=True)
+    assert leading.check() is None
+    assert FunctionWrap(_Greeter, "greet", _shouting, ("self",)).check() is not None
+
+
+def test_a_wrapped_target_is_checked_as_the_original() -> None:
+    owner = type("Greeter", (_Greeter,), {"greet": _Greeter.greet})
+    patch = FunctionWrap(owner, "greet", _shouting, ("self", "name"))
+    patch.apply()
+    assert patch.check() is None
 
 
 def _refusing_empty(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -91,6 +109,11 @@ def test_a_before_validator_is_swapped_once_and_the_schema_rebuilt() -> None:
         Request.model_validate({})
     assert Request.model_validate({"text": "a"}).text == "a"
     assert calls == [{"text": "a"}]
+    assert patch.check() is None
+    assert ValidatorSwap(Request, "counts", _refusing_empty).check() == (
+        "test_a_before_validator_is_swapped_once_and_the_schema_rebuilt.<locals>.Request "
+        "has no model validator counts"
+    )
 
 
 # Module level: the schema rebuild resolves the annotations by name.

@@ -55,16 +55,25 @@ class GuardedMatcher:
         return self._fault
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
-        """Advance by ``tokens``; False means the request must end (the host was told why)."""
+        """Advance by ``tokens``; False means the request must end (the host was told why).
+
+        A rejected token leaves the state where it was before the call: the
+        tokens before it are rolled back, as hosts that retry or fill more
+        rows after a rejection expect (vLLM from 0.34).
+        """
         if self._fault is not None:
             return self._end(request_id, f"its grammar failed earlier: {self._fault}")
         if self._terminated:
             # Like vLLM's own backends: tokens after termination are ignored.
             return True
+        accepted = 0
         try:
             for token in tokens:
                 if not self._matcher.accept_token(token):
+                    if accepted:
+                        self._matcher.rollback(accepted)
                     return self._end(request_id, f"the grammar rejected sampled token {token}")
+                accepted += 1
                 if self._matcher.is_terminated():
                     self._terminated = True
                     break

@@ -34,6 +34,7 @@ from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import GrammarSpec
 from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
+from grammar_guard.vllm_adapter.fill_hook import RowQueue, queue_for
 from grammar_guard.vllm_adapter.metrics_export import SnapshotPublisher
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key
 
@@ -220,9 +221,37 @@ def _log_fault(label: str, fault: str) -> None:
 class GuardedGrammar(GuardedMatcher, StructuredOutputGrammar):
     """One request's grammar as vLLM holds it: a :class:`GuardedMatcher`, whose steps never raise.
 
-    The guard's methods are vLLM's grammar interface as they are; this class
-    only says how an ended request and a fault are reported in vLLM.
+    The guard's methods are vLLM's grammar interface; this class says how an
+    ended request and a fault are reported in vLLM, and takes part in the
+    fill hook's batching: inside vLLM's ``grammar_bitmask`` a row is queued,
+    and the queue is filled before this grammar's state moves.
     """
 
     def __init__(self, matcher: TokenMatcher, label: str) -> None:
         super().__init__(matcher, label, end_request=_end_request, report_fault=_log_fault)
+        self._row_queue: RowQueue | None = None
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        queue = queue_for(bitmask)
+        if queue is None:
+            super().fill_bitmask(bitmask, batch_index)
+            return
+        queue.add(self, batch_index)
+        self._row_queue = queue
+
+    def _fill_queued_rows(self) -> None:
+        queue, self._row_queue = self._row_queue, None
+        if queue is not None:
+            queue.flush()
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        self._fill_queued_rows()
+        return super().accept_tokens(request_id, tokens)
+
+    def rollback(self, num_tokens: int) -> None:
+        self._fill_queued_rows()
+        super().rollback(num_tokens)
+
+    def reset(self) -> None:
+        self._fill_queued_rows()
+        super().reset()

@@ -23,7 +23,7 @@ vLLM internals, so it is imported only once the release is supported.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from vllm.config import VllmConfig
 from vllm.config import structured_outputs as so_config_module
@@ -60,6 +60,12 @@ class BackendNameInConfig:
 
     def applied(self) -> bool:
         return BACKEND_NAME in get_args(_backend_annotation())
+
+    def check(self) -> str | None:
+        field = StructuredOutputsConfig.__dataclass_fields__.get("backend")
+        if field is None or get_origin(field.type) is not Literal:
+            return "StructuredOutputsConfig.backend is no longer a Literal of backend names"
+        return None
 
 
 def _backend_annotation() -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -40,6 +41,13 @@ class Patch(Protocol):
     def apply(self) -> None: ...
 
     def applied(self) -> bool: ...
+
+    def check(self) -> str | None:
+        """What differs from the target the patch was written for, or None if nothing does.
+
+        Read-only: a release no one has tested is patched only if every check passes.
+        """
+        ...
 
 
 def plugin_state(owner: object) -> dict[str, Any]:
@@ -84,6 +92,11 @@ class FunctionWrap:
     owner: object
     name: str
     make_wrapper: WrapperFactory
+    # The original's parameter names, as the wrapper was written for them;
+    # with ``more_parameters``, only its first ones (the wrapper passes the
+    # rest through).
+    parameters: tuple[str, ...]
+    more_parameters: bool = False
 
     def apply(self) -> None:
         original = getattr(self.owner, self.name)
@@ -94,6 +107,17 @@ class FunctionWrap:
 
     def applied(self) -> bool:
         return is_patched(getattr(self.owner, self.name))
+
+    def check(self) -> str | None:
+        target = f"{_name_of(self.owner)}.{self.name}"
+        function = getattr(self.owner, self.name, None)
+        if not callable(function):
+            return f"{target} is gone"
+        found = tuple(inspect.signature(inspect.unwrap(function)).parameters)
+        expected = self.parameters
+        if found == expected or (self.more_parameters and found[: len(expected)] == expected):
+            return None
+        return f"{target} takes ({', '.join(found)}), not ({', '.join(expected)})"
 
 
 @dataclass(frozen=True)
@@ -125,9 +149,18 @@ class ValidatorSwap:
     def applied(self) -> bool:
         return is_patched(self._validators()[self.name].func)
 
+    def check(self) -> str | None:
+        if self.name not in self._validators():
+            return f"{_name_of(self.model)} has no model validator {self.name}"
+        return None
+
     def _validators(self) -> dict[str, Any]:
         validators: dict[str, Any] = self.model.__pydantic_decorators__.model_validators  # type: ignore[attr-defined]
         return validators
+
+
+def _name_of(owner: object) -> str:
+    return str(getattr(owner, "__qualname__", None) or getattr(owner, "__name__", owner))
 
 
 def _rebuild(model: type) -> None:

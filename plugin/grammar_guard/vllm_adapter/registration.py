@@ -2,9 +2,13 @@
 
 vLLM's plugin loader does not catch what a plugin raises, so a plugin that
 refuses the installed vLLM with an exception stops vLLM from starting, for
-every backend. On a release outside :data:`~grammar_guard.vllm_adapter.compat.SUPPORTED_RANGE`
-the backend stays unregistered instead: vLLM starts, and only a request for
-``grammar-guard`` fails (vLLM's own "unknown backend" error).
+every backend. On a release the plugin does not support the backend stays
+unregistered instead: vLLM starts, and only a request for ``grammar-guard``
+fails (vLLM's own "unknown backend" error). Supported are the releases in
+:data:`~grammar_guard.vllm_adapter.compat.RELEASES` and any newer one whose
+patched seams all pass their checks (:meth:`~grammar_guard.vllm_adapter.patching.Patch.check`):
+such a release registers with one warning, and one whose seam changed stays
+unregistered with one line naming the seam.
 
 :func:`install` applies the one list of patches, :func:`_seams`, and
 :func:`installed_patches` reports on the same list. The modules it names
@@ -18,7 +22,7 @@ import functools
 import logging
 import threading
 
-from grammar_guard.vllm_adapter.compat import UnsupportedVLLMVersion, installed_release
+from grammar_guard.vllm_adapter.compat import NEWEST, UnsupportedVLLMVersion, installed_release
 from grammar_guard.vllm_adapter.patching import Patch
 
 logger = logging.getLogger(__name__)
@@ -40,23 +44,69 @@ def install() -> None:
         install_collector()
 
 
-def installed_patches() -> dict[str, bool]:
-    """Which seams carry the plugin, for tests and for ``--help``-style diagnostics."""
-    return {seam: all(patch.applied() for patch in patches) for seam, patches in _seams().items()}
+def installed_patches() -> dict[str, bool | None]:
+    """Which seams carry the plugin, for tests and for ``--help``-style diagnostics.
+
+    None: the installed release has nothing to patch at that seam (the mask
+    apply on 0.34, whose V2 model runners apply it with vLLM's own code).
+    """
+    patched: dict[str, bool | None] = {
+        seam: all(patch.applied() for patch in patches) for seam, patches in _seams().items()
+    }
+    for seam in _SEAMS_OF_OLDER_RELEASES:
+        patched.setdefault(seam, None)
+    return patched
 
 
 @functools.cache  # vLLM loads plugins several times per process: one line is enough
 def _supported() -> bool:
     try:
-        installed_release()
+        release = installed_release()
     except UnsupportedVLLMVersion as exc:
         logger.error("%s The grammar-guard backend is not registered.", exc)
         return False
+    if release.tested:
+        return True
+    changed = seam_changes()
+    if changed:
+        logger.error(
+            "vLLM %s is newer than the newest release vllm-grammar-guard was tested on (%s), "
+            "and a seam it patches changed: %s. The grammar-guard backend is not registered.",
+            release.name,
+            NEWEST.name,
+            "; ".join(changed),
+        )
+        return False
+    logger.warning(
+        "vLLM %s is newer than the newest release vllm-grammar-guard was tested on (%s); "
+        "every seam it patches is as it was there, so the grammar-guard backend is "
+        "registered, untested on this release.",
+        release.name,
+        NEWEST.name,
+    )
     return True
 
 
+def seam_changes() -> list[str]:
+    """``seam: what changed`` for each patched seam that is not as the plugin was written for."""
+    try:
+        seams = _seams()
+    except ImportError as exc:
+        return [f"a module the plugin patches or reads cannot be imported ({exc})"]
+    return [
+        f"{seam}: {problem}"
+        for seam, patches in seams.items()
+        for patch in patches
+        if (problem := patch.check()) is not None
+    ]
+
+
+# Seams that only releases before the installed one have.
+_SEAMS_OF_OLDER_RELEASES = ("bitmask_apply",)
+
+
 def _seams() -> dict[str, tuple[Patch, ...]]:
-    """Every patch, in the order it is applied, under the seam name it is reported by.
+    """Every patch of the installed release, in the order it is applied, by seam name.
 
     docs/vllm-integration.md says what each one changes and why.
     """
@@ -66,10 +116,8 @@ def _seams() -> dict[str, tuple[Patch, ...]]:
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.structured_output import StructuredOutputManager
-    from vllm.v1.worker import gpu_model_runner
 
     from grammar_guard.vllm_adapter import (
-        apply_hook,
         backend_selection,
         failure_reporting,
         fill_hook,
@@ -77,7 +125,7 @@ def _seams() -> dict[str, tuple[Patch, ...]]:
     )
     from grammar_guard.vllm_adapter.patching import FunctionWrap, ValidatorSwap
 
-    return {
+    seams: dict[str, tuple[Patch, ...]] = {
         # Before the validator swap, whose schema rebuild picks the new name up.
         "config_backend_name": (backend_selection.BackendNameInConfig(),),
         "config_validator": (
@@ -94,35 +142,82 @@ def _seams() -> dict[str, tuple[Patch, ...]]:
                 SamplingParams,
                 "_validate_structured_outputs",
                 backend_selection.frontend_validation,
+                ("self", "model_config", "structured_outputs_config", "tokenizer"),
             ),
         ),
         "backend_construction": (
-            FunctionWrap(StructuredOutputManager, "__init__", backend_selection.eager_backend),
+            FunctionWrap(
+                StructuredOutputManager,
+                "__init__",
+                backend_selection.eager_backend,
+                ("self", "vllm_config"),
+            ),
         ),
         "request_admission": (
             FunctionWrap(
-                StructuredOutputManager, "grammar_init", backend_selection.request_admission
+                StructuredOutputManager,
+                "grammar_init",
+                backend_selection.request_admission,
+                ("self", "request"),
             ),
         ),
         "failure_reasons_engine": (
             FunctionWrap(
-                Scheduler, "update_from_output", failure_reporting.reporting_update_from_output
+                Scheduler,
+                "update_from_output",
+                failure_reporting.reporting_update_from_output,
+                ("self", "scheduler_output", "model_runner_output"),
             ),
         ),
         "failure_reasons_api": (
-            FunctionWrap(AsyncLLM, "generate", failure_reporting.raising_generate),
+            FunctionWrap(
+                AsyncLLM,
+                "generate",
+                failure_reporting.raising_generate,
+                ("self", "prompt", "sampling_params", "request_id"),
+                more_parameters=True,
+            ),
         ),
         "structured_outputs_type_check": tuple(
             ValidatorSwap(model, request_models.VALIDATOR, request_models.type_checked)
             for model in request_models.request_models()
         ),
         "bitmask_fill": (
-            FunctionWrap(StructuredOutputManager, "grammar_bitmask", fill_hook.bitmask_fill),
-        ),
-        "bitmask_apply": (
             FunctionWrap(
-                gpu_model_runner.GPUModelRunner, "sample_tokens", apply_hook.record_sampling_runner
+                StructuredOutputManager,
+                "grammar_bitmask",
+                fill_hook.bitmask_fill,
+                (
+                    "self",
+                    "requests",
+                    "structured_output_request_ids",
+                    "scheduled_spec_decode_tokens",
+                ),
             ),
-            FunctionWrap(gpu_model_runner, "apply_grammar_bitmask", apply_hook.dispatch_apply),
         ),
     }
+    if installed_release().v1_model_runner:
+        seams["bitmask_apply"] = _v1_apply_patches()
+    return seams
+
+
+def _v1_apply_patches() -> tuple[Patch, ...]:
+    from vllm.v1.worker import gpu_model_runner
+
+    from grammar_guard.vllm_adapter import apply_hook
+    from grammar_guard.vllm_adapter.patching import FunctionWrap
+
+    return (
+        FunctionWrap(
+            gpu_model_runner.GPUModelRunner,
+            "sample_tokens",
+            apply_hook.record_sampling_runner,
+            ("self", "grammar_output"),
+        ),
+        FunctionWrap(
+            gpu_model_runner,
+            "apply_grammar_bitmask",
+            apply_hook.dispatch_apply,
+            ("scheduler_output", "grammar_output", "input_batch", "logits"),
+        ),
+    )
