@@ -39,6 +39,12 @@ import json, sys
 from vllm.entrypoints.cli.serve import make_arg_parser  # where `vllm serve` finds it, 0.32 and 0.33
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.engine.arg_utils import AsyncEngineArgs
+from grammar_guard.vllm_adapter.compat import installed_release
+if not installed_release().v1_model_runner:
+    # vLLM 0.34's CPU platform refuses an x86 machine without triton-cpu, which
+    # the seam environment (a CUDA wheel, no engine) lacks; the config is the seam.
+    import vllm.triton_utils
+    vllm.triton_utils.HAS_TRITON = True
 parser = make_arg_parser(FlexibleArgumentParser())
 args = parser.parse_args(["--model", sys.argv[1], *sys.argv[2:]])
 config = AsyncEngineArgs.from_cli_args(args).create_engine_config()

@@ -6,6 +6,12 @@
 #   scripts/setup.sh vllm033  .venv-vllm033: the official vLLM 0.33.0 wheel, for the
 #                             seam tests (no 0.33 engine starts without a GPU, but
 #                             its Python modules import)
+#   scripts/setup.sh vllm034  .venv-vllm034: vLLM 0.34.0 alone, put first on the
+#                             path of .venv-vllm033's Python (scripts/test_seams.sh).
+#                             Every requirement of 0.34.0 but flashinfer-python
+#                             (which the registry lacks, and no seam imports) is
+#                             met there, torch 2.14.0 included: one set of
+#                             installed requirements serves both releases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,11 +19,25 @@ PYTHON=${PYTHON:-python3}
 case ${1:-cpu} in
     cpu) VENV=.venv ;;
     vllm033) VENV=.venv-vllm033 ;;
-    *) echo "usage: $0 [cpu|vllm033]" >&2; exit 2 ;;
+    vllm034) VENV=.venv-vllm034 ;;
+    *) echo "usage: $0 [cpu|vllm033|vllm034]" >&2; exit 2 ;;
 esac
 STAMP=$VENV/.grammar-guard-setup
 
 if [[ -f $STAMP && $STAMP -nt setup.cfg ]]; then
+    exit 0
+fi
+
+if [[ $VENV == .venv-vllm034 ]]; then
+    bash scripts/setup.sh vllm033
+    rm -rf "$VENV"
+    .venv-vllm033/bin/pip install --quiet --no-deps --target "$VENV" "vllm==0.34.0"
+    PYTHONPATH=$VENV .venv-vllm033/bin/python - <<'PY'
+from grammar_guard.vllm_adapter.compat import installed_release
+
+print(f"environment ready: vllm 0.34 over .venv-vllm033 (release {installed_release().name})")
+PY
+    touch "$STAMP"
     exit 0
 fi
 

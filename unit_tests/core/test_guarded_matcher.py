@@ -85,6 +85,16 @@ def test_rejected_token_ends_the_request_but_is_not_a_fault(
     ]
 
 
+def test_a_rejected_token_leaves_the_state_where_the_call_found_it(
+    small: SmallTokenizer, guarded: GuardedMatcher
+) -> None:
+    # vLLM 0.34 fills more rows after a rejected draft and expects no partial advance.
+    assert guarded.accept_tokens("req", small.ids("a"))
+    assert not guarded.accept_tokens("req", small.ids("bx"))
+    assert guarded.validate_tokens(small.ids("bd")) == small.ids("bd")
+    assert guarded.accept_tokens("req", small.ids("bc"))
+
+
 def test_rollback(small: SmallTokenizer, guarded: GuardedMatcher) -> None:
     assert guarded.accept_tokens("req", small.ids("abc"))
     guarded.rollback(1)

@@ -623,11 +623,38 @@ def _expected_rows(small: SmallTokenizer, prefix: str, drafts: list[int]) -> lis
     return rows
 
 
+@pytest.fixture
+def cpu_worker() -> Callable[[int, int], Any]:
+    """vLLM 0.34's pure-torch CPU apply, as its CPU model runner builds it without Triton."""
+    cpu = pytest.importorskip(
+        "vllm.v1.worker.cpu.structured_outputs",
+        reason="this vLLM has no V2 CPU model runner (it came with 0.34)",
+    )
+
+    def build(max_num_reqs: int, vocab_size: int) -> Any:
+        decode_query_len = 1 + SPEC_TOKENS
+        return cpu.CPUStructuredOutputsWorker(
+            max_num_logits=max_num_reqs * decode_query_len,
+            vocab_size=vocab_size,
+            device=torch.device("cpu"),
+            mask_stride=decode_query_len,
+        )
+
+    return build
+
+
 @pytest.mark.seam
 @pytest.mark.parametrize("filled_by", ["vllm", "grammar-guard"])
+@pytest.mark.parametrize("worker", ["v2_worker", "cpu_worker"])
 def test_the_v2_runner_masks_each_position_with_its_own_row(
-    small: SmallTokenizer, v2_worker: Callable[[int, int], Any], filled_by: str
+    small: SmallTokenizer, request: pytest.FixtureRequest, worker: str, filled_by: str
 ) -> None:
+    """The rows of one step with drafts, applied by vLLM's own V2 code to real logits.
+
+    ``v2_worker`` is the CUDA worker with its kernel stood in for; ``cpu_worker``
+    is vLLM 0.34's pure-torch CPU worker, run as it is.
+    """
+    build_worker: Callable[[int, int], Any] = request.getfixturevalue(worker)
     fill = _original() if filled_by == "vllm" else fill_hook.bitmask_fill(_original())
     bitmask, _ = _run_step(small, V2_CASES, fill, diffusion=False)
     drafts = {request_id: _draft_ids(small, d) for request_id, _, d, _ in V2_CASES}
@@ -643,7 +670,7 @@ def test_the_v2_runner_masks_each_position_with_its_own_row(
     vocab_size = len(small.vocab)
     logits = torch.zeros((int(cu_num_logits[-1]), vocab_size))
 
-    v2_worker(len(V2_BATCH), vocab_size).apply_grammar_bitmask(
+    build_worker(len(V2_BATCH), vocab_size).apply_grammar_bitmask(
         logits, input_batch, [case[0] for case in V2_CASES], bitmask
     )
 

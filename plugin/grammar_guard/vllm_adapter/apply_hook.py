@@ -21,8 +21,10 @@ with ``VLLM_USE_V2_MODEL_RUNNER=0`` or for a feature the V2 runner lacks. The
 V2 runner (``vllm/v1/worker/gpu/``, the CUDA default where Triton is present)
 is not patched: it already applies the mask with one Triton kernel from
 static buffers and resolves each request's logits rows on the device, which
-its adaptive draft verification needs; it reads the rows the fill hook
-writes, in the layout of the installed release (docs/vllm-integration.md).
+its adaptive draft verification needs; it reads the rows vLLM's own
+``grammar_bitmask`` lays out, which the fill hook only batches. vLLM 0.34
+deleted the V1 runner, so there this module is never imported
+(docs/vllm-integration.md, "Which code applies the mask").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ the original code unchanged:
    warm-up file and the persistent cache are read before traffic arrives.
 4. ``StructuredOutputManager.grammar_init``: admit grammar-guard requests
    through the plugin's own compile pool, never vLLM's single grammar thread
-   (nor, on 0.33, its check that a request's backend is the engine's).
+   (nor, from 0.33, its check that a request's backend is the engine's).
 
 ``registration`` applies them, with the other hooks; this module imports
 vLLM internals, so it is imported only once the release is supported.

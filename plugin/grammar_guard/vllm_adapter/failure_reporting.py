@@ -8,7 +8,7 @@ Two wrappers close that gap, both passing other traffic through untouched:
 - in the engine core, ``Scheduler.update_from_output`` writes the failure
   the backend recorded for the request (:data:`FAILURES`) into the output's
   ``stop_reason``, a field vLLM already carries to the API process (and which
-  offline ``LLM`` users see as it is). vLLM 0.33 also puts a compile failure
+  offline ``LLM`` users see as it is). vLLM 0.33 and 0.34 also put a compile failure
   on the output's ``error``, which its API process raises as a 400 before
   ``generate`` yields the output; for a failure grammar-guard recorded that
   field is cleared, so the reason travels one way on every release and

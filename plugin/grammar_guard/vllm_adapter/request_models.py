@@ -1,6 +1,6 @@
 """Refuse a ``structured_outputs`` that is not an object, before vLLM's own check trips on it.
 
-The completion and chat request models of vLLM 0.32 and 0.33 count the constraints of
+The completion and chat request models of vLLM 0.32 to 0.34 count the constraints of
 ``structured_outputs`` in a before-validator that calls ``.get`` on it, so a
 request with ``"structured_outputs": "json"`` (or a list, or a number) raises
 ``AttributeError``, which pydantic does not turn into a validation error: the
