@@ -428,7 +428,8 @@ def test_hook_fills_what_vllm_fills_with_drafts_reasoning_and_terminated_grammar
 
     actual, grammars = _run_step(small, DRAFT_CASES, fill_hook.bitmask_fill(_original()), diffusion)
 
-    assert fill_hook.counters.steps == steps_before + 1
+    # A step with drafts is vLLM's loop with direct fills: a queue would flush row by row.
+    assert fill_hook.counters.steps == steps_before
     assert actual.dtype == expected.dtype
     assert actual.shape == expected.shape
     assert (actual == expected).all()
@@ -437,6 +438,33 @@ def test_hook_fills_what_vllm_fills_with_drafts_reasoning_and_terminated_grammar
         _reference(expected_grammars, len(small.vocab))
     )
     assert [g.is_terminated() for g in grammars] == [g.is_terminated() for g in expected_grammars]
+
+
+def _queued_step(manager: StructuredOutputManager, *arguments: Any) -> Any:
+    with fill_hook.queued_rows(manager, manager._grammar_bitmask):
+        return _original()(manager, *arguments)
+
+
+@pytest.mark.seam
+@pytest.mark.parametrize("diffusion", [False, True])
+def test_rows_queued_through_drafts_are_filled_before_each_grammar_moves(
+    small: SmallTokenizer, diffusion: bool
+) -> None:
+    """The queue's safety rule: a grammar whose state moves flushes its queued rows first.
+
+    The hook does not queue steps with drafts; were a release to move grammars
+    in a step it queues, vLLM's rows would still be kept exactly.
+    """
+    expected, expected_grammars = _run_step(small, DRAFT_CASES, _original(), diffusion)
+    rows_before = fill_hook.counters.rows
+
+    actual, grammars = _run_step(small, DRAFT_CASES, _queued_step, diffusion)
+
+    assert fill_hook.counters.rows > rows_before
+    assert (actual == expected).all()
+    assert _reference(grammars, len(small.vocab)).equal(
+        _reference(expected_grammars, len(small.vocab))
+    )
 
 
 @pytest.mark.seam

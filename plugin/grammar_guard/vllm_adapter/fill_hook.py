@@ -15,20 +15,22 @@ A queued row must be filled from the grammar state vLLM filled it in. vLLM
 advances a grammar through its drafts between two of its rows, and may copy a
 row it filled into later ones (a rejected draft on 0.32 and 0.33), always
 after calling ``accept_tokens``; so a grammar flushes the queue before any
-call that moves its state (:meth:`RowQueue.flush`). Steps without drafts,
-the common case, then fill every request's row in one batch; with drafts,
-rows are filled as vLLM's loop goes, in small batches.
+call that moves its state (:meth:`RowQueue.flush`).
 
-Every other backend runs vLLM's original unchanged, and so does a step that
-finds no bitmask buffer yet: vLLM allocates it in its first step, and the
-queue is keyed by that buffer, so vLLM's sizing is not repeated here.
+Steps without drafts, the common case, fill every request's row in one
+batch. A step with drafts would flush nearly every row alone, so it runs
+vLLM's loop with direct fills, as does a step of one request: there the
+queue is pure overhead. So does every other backend, and a step that finds
+no bitmask buffer yet: vLLM allocates it in its first step, and the queue is
+keyed by that buffer, so vLLM's sizing is not repeated here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -114,20 +116,39 @@ def bitmask_fill(original: Callable[..., Any]) -> Callable[..., Any]:
     ) -> npt.NDArray[np.int32] | None:
         arguments = (requests, structured_output_request_ids, scheduled_spec_decode_tokens)
         buffer = self._grammar_bitmask
-        if buffer is None or not structured_output_request_ids or not _is_grammar_guard(self):
+        if (
+            buffer is None
+            or len(structured_output_request_ids) < 2
+            or _has_drafts(structured_output_request_ids, scheduled_spec_decode_tokens)
+            or not _is_grammar_guard(self)
+        ):
             return original(self, *arguments)
-        queue = RowQueue(buffer, _filler(self))
-        key = buffer.data_ptr()
-        _open_queues[key] = queue
-        try:
+        with queued_rows(self, buffer):
             bitmask = original(self, *arguments)
-        finally:
-            del _open_queues[key]
-        queue.flush()
         counters.steps += 1
         return bitmask
 
     return grammar_bitmask
+
+
+@contextlib.contextmanager
+def queued_rows(manager: StructuredOutputManager, buffer: torch.Tensor) -> Iterator[None]:
+    """Queue the grammar rows of ``buffer`` while the block runs, then fill them in one batch."""
+    queue = RowQueue(buffer, _filler(manager))
+    key = buffer.data_ptr()
+    _open_queues[key] = queue
+    try:
+        yield
+    finally:
+        del _open_queues[key]
+    queue.flush()
+
+
+def _has_drafts(request_ids: list[str], drafts: dict[str, list[int]]) -> bool:
+    # vLLM moves a grammar through its drafts between two of its rows, so each
+    # row would be flushed alone: the queue would only add its own cost
+    # (docs/benchmarks.md, "Bitmask fill").
+    return bool(drafts) and any(drafts.get(request_id) for request_id in request_ids)
 
 
 def _is_grammar_guard(manager: StructuredOutputManager) -> bool:
