@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import itertools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -411,8 +412,10 @@ def _run_step(
     cases: Sequence[tuple[str, str, list[str | int], ConstraintBounds]],
     function: Callable[..., Any],
     diffusion: bool,
+    configure: Callable[[StructuredOutputManager], None] = lambda manager: None,
 ) -> tuple[Any, list[GuardedGrammar]]:
     manager, requests = _manager(small, cases, diffusion)
+    configure(manager)
     drafts = {request_id: _draft_ids(small, d) for request_id, _, d, _ in cases if d}
     result = function(manager, requests, [case[0] for case in cases], drafts)
     return result, [request.structured_output_request.grammar for request in requests.values()]
@@ -520,10 +523,35 @@ def _allowed_tokens(bitmask: np.ndarray, vocab_size: int) -> list[set[int]]:
 def test_hook_row_layout_follows_the_request_order(
     small: SmallTokenizer, order: tuple[int, ...]
 ) -> None:
-    cases = [DRAFT_CASES[i] for i in (1, 0, 2)]
+    # Without drafts, so the hook queues the step.
+    cases = [(case[0], case[1], [], case[3]) for case in (DRAFT_CASES[i] for i in (1, 0, 4))]
     cases = [cases[i] for i in order]
     expected, _ = _run_step(small, cases, _original(), diffusion=False)
+    steps_before = fill_hook.counters.steps
     actual, _ = _run_step(small, cases, fill_hook.bitmask_fill(_original()), diffusion=False)
+    assert fill_hook.counters.steps == steps_before + 1
+    assert (actual == expected).all()
+
+
+def _fill_threads(manager: StructuredOutputManager) -> None:
+    """vLLM's own fill threads, which it uses past a batch size, and only without drafts."""
+    manager.vllm_config.num_speculative_tokens = 0  # type: ignore[misc]
+    manager.fill_bitmask_parallel_threshold = 2
+    manager.fill_bitmask_parallel_batch_size = 2
+    manager.executor_for_fillmask = ThreadPoolExecutor(max_workers=2)
+
+
+@pytest.mark.seam
+def test_rows_queued_from_vllms_fill_threads_are_filled_as_vllm_fills_them(
+    small: SmallTokenizer,
+) -> None:
+    cases = [(request_id, prefix, [], bounds) for request_id, prefix, _, bounds in DRAFT_CASES]
+    expected, _ = _run_step(small, cases, _original(), diffusion=False, configure=_fill_threads)
+    rows_before = fill_hook.counters.rows
+    hook = fill_hook.bitmask_fill(_original())
+    actual, _ = _run_step(small, cases, hook, diffusion=False, configure=_fill_threads)
+    assert fill_hook.counters.rows - rows_before == len(cases) - 4  # as in one batch, above
+    assert actual.shape == expected.shape == (len(cases), expected.shape[1])
     assert (actual == expected).all()
 
 
