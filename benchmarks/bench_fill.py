@@ -5,15 +5,20 @@ installed vLLM, in one process, on the real 129k-token tokenizer: vLLM's
 original method with its ``XgrammarBackend`` or ``GuidanceBackend``
 grammars, and the method as grammar-guard's fill hook wraps it with
 ``GrammarGuardBackend`` grammars. Each step fills one row per request (no
-speculative decoding); grammars sit at fixed positions, so every step does
-the same work. The sides take turns step by step, starting with a different
-one each step, so machine noise hits all alike.
+speculative decoding) except in the drafts table; grammars sit at fixed
+positions, so every step does the same work. The sides take turns step by
+step, starting with a different one each step, so machine noise hits all alike.
 
-Three comparisons, each its own table:
+Four comparisons, each its own table:
 
 * grammar-guard forced onto xgrammar (``GRAMMAR_GUARD_ENGINE=xgrammar``)
   against vLLM's xgrammar backend: the same engine on both sides, so every
   step's masks must be bit-identical (the run fails otherwise);
+* the same with speculative decoding: the manager and the backends
+  configured for ``num_speculative_tokens = 3``, and every request given 3
+  scheduled drafts its grammar accepts (tokens of its prefix's continuation),
+  so it has 4 rows: its drafts' and the bonus token's. The masks are checked
+  as above; rows per second count every row;
 * grammar-guard routed (the default), in steady state (its background
   compiles drained before timing), against both vLLM backends; which engine
   served the rows depends on routing, so masks are compared and reported;
@@ -60,6 +65,19 @@ HARD_SCHEMA = {
 # Where each request stands; request i takes prefix i modulo the list.
 EASY_PREFIXES = ("", '{"color":"', '{"color":"red","n":', '{"color":"blue","n":12')
 HARD_PREFIXES = ('{"text":"', '{"text":"hello wor', '{"text":"a short note about the weather, ')
+# Speculative decoding: the drafts scheduled per request, tokens of the text
+# that continues its prefix, so its grammar accepts every one (a rejected draft
+# would have vLLM copy rows instead of filling them).
+DRAFTS = 3
+CONTINUATIONS = {
+    "": '{"color":"red","n":1}',
+    '{"color":"': 'green","n":7}',
+    '{"color":"red","n":': "1234567}",
+    '{"color":"blue","n":12': "3456789}",
+    '{"text":"': 'the quick brown fox"}',
+    '{"text":"hello wor': 'ld and everyone in it"}',
+    '{"text":"a short note about the weather, ': 'sunny with a light wind"}',
+}
 # Long enough for the slowest compile here (xgrammar, the 300-character string,
 # on a loaded 2-core machine); the benchmark must time fills, never a compile.
 DRAIN_TIMEOUT_S = 600.0
@@ -100,28 +118,32 @@ WORKLOADS = (
 MIXED = Workload("half hard (llguidance) + half easy (xgrammar)", _alternating)
 
 
-def _backend_config(backend: str) -> Any:
-    """What the backends' constructors read of a VllmConfig."""
+def _backend_config(backend: str, drafts: int = 0) -> Any:
+    """What the backends' constructors read of a VllmConfig; grammars roll ``drafts`` back."""
     from vllm.config.structured_outputs import StructuredOutputsConfig
 
     return SimpleNamespace(
         structured_outputs_config=StructuredOutputsConfig(
             backend=backend, disable_any_whitespace=True
         ),
-        speculative_config=None,
+        speculative_config=SimpleNamespace(num_speculative_tokens=drafts) if drafts else None,
         model_config=None,
     )
 
 
-def _manager(backend: Any, max_rows: int) -> Any:
-    """A StructuredOutputManager holding only what ``grammar_bitmask`` reads."""
+def _manager(backend: Any, max_rows: int, drafts: int = 0) -> Any:
+    """A StructuredOutputManager holding only what ``grammar_bitmask`` reads.
+
+    ``max_rows`` requests at most, as the scheduler's ``max_num_seqs``: vLLM
+    sizes its buffer at ``1 + drafts`` rows for each.
+    """
     import torch
     from vllm.v1.structured_output import StructuredOutputManager
 
     manager = object.__new__(StructuredOutputManager)
     manager.backend = backend
     manager.vllm_config = SimpleNamespace(
-        num_speculative_tokens=0,
+        num_speculative_tokens=drafts,
         scheduler_config=SimpleNamespace(max_num_seqs=max_rows),
         model_config=SimpleNamespace(is_diffusion=False),
     )
@@ -133,7 +155,7 @@ def _manager(backend: Any, max_rows: int) -> Any:
     return manager
 
 
-def _grammar_guard(tokenizer: Any, engine: str) -> Any:
+def _grammar_guard(tokenizer: Any, engine: str, drafts: int = 0) -> Any:
     from grammar_guard import BACKEND_NAME
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
@@ -142,7 +164,7 @@ def _grammar_guard(tokenizer: Any, engine: str) -> Any:
     settings = {"GRAMMAR_GUARD_ENGINE": engine, "GRAMMAR_GUARD_COMPILE_ISOLATION": "thread"}
     with scoped_environment(settings):
         return GrammarGuardBackend(
-            _backend_config(BACKEND_NAME), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
+            _backend_config(BACKEND_NAME, drafts), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
         )
 
 
@@ -155,7 +177,9 @@ class Side:
     function: Callable[..., Any]
     backend_for: Callable[[dict[str, Any]], Any]  # the backend that compiles a schema
     hooked: bool  # grammar-guard's fill hook runs (it counts the strategies it used)
+    drafts: int = 0  # drafts scheduled per request; a request has drafts + 1 rows
     requests: dict[str, Any] = field(default_factory=dict)
+    scheduled: dict[str, list[int]] = field(default_factory=dict)  # drafts by request id
     engines: Counter[str] = field(default_factory=Counter)  # rows per engine, grammar-guard only
     times: list[float] = field(default_factory=list)
     strategies: Counter[str] = field(default_factory=Counter)
@@ -163,13 +187,15 @@ class Side:
     def load(self, tokenizer: Any, requests: list[Request]) -> None:
         from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
-        self.requests, self.engines = {}, Counter()
+        self.requests, self.scheduled, self.engines = {}, {}, Counter()
         self.times, self.strategies = [], Counter()
         for i, (schema, prefix) in enumerate(requests):
             grammar = self.backend_for(schema).compile_grammar(
                 StructuredOutputOptions.JSON, json.dumps(schema)
             )
             assert grammar.accept_tokens("r", tokenizer.encode(prefix, add_special_tokens=False))
+            if self.drafts:
+                self.scheduled[f"r{i}"] = _drafts(tokenizer, grammar, prefix, self.drafts)
             if self.hooked:
                 matcher = type(grammar.batch_matcher()).__name__
                 self.engines[ENGINE_OF_MATCHER.get(matcher, matcher)] += 1
@@ -183,23 +209,44 @@ class Side:
 
         before = dict(counters.strategies)
         started = time.perf_counter()
-        bitmask = self.function(self.manager, self.requests, list(self.requests), {})
+        bitmask = self.function(self.manager, self.requests, list(self.requests), self.scheduled)
         elapsed = time.perf_counter() - started
         if timed:
             self.times.append(elapsed)
             for strategy, count in counters.strategies.items():
                 self.strategies[strategy.value] += count - before.get(strategy, 0)
         # A copy: the array is a view of the manager's buffer, which its next step overwrites.
-        return np.array(bitmask[: len(self.requests)])
+        return np.array(bitmask[: self.rows()])
+
+    def rows(self) -> int:
+        """The mask rows of one step."""
+        return len(self.requests) * (1 + self.drafts)
 
     def median_us(self) -> float:
         return statistics.median(self.times) * 1e6
 
+    def rows_per_second(self) -> float:
+        return self.rows() / statistics.median(self.times)
+
+    def fills_per_step(self) -> float:
+        """The filler's calls per timed step (grammar-guard only): how the rows were batched."""
+        return sum(self.strategies.values()) / len(self.times)
+
     def strategy(self) -> str:
-        return self.strategies.most_common(1)[0][0] if self.strategies else "-"
+        """The filler's most used strategy; `direct` if it never ran: vLLM's loop filled rows."""
+        used = +self.strategies  # strategies counted at zero calls are not used
+        return used.most_common(1)[0][0] if used else "direct"
 
     def engine_rows(self) -> str:
         return " / ".join(f"{self.engines.get(e, 0)}" for e in ("xgrammar", "llguidance"))
+
+
+def _drafts(tokenizer: Any, grammar: Any, prefix: str, count: int) -> list[int]:
+    """``count`` tokens that continue ``prefix``, each accepted by ``grammar`` after the last."""
+    tokens = tokenizer.encode(CONTINUATIONS[prefix], add_special_tokens=False)[:count]
+    if len(tokens) < count or grammar.validate_tokens(tokens) != tokens:
+        raise RuntimeError(f"the grammar after {prefix!r} does not accept {count} drafts {tokens}")
+    return tokens
 
 
 class Sides:
@@ -221,17 +268,20 @@ class Sides:
         vllm_g = GuidanceBackend(
             _backend_config("guidance"), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
         )
+        # Its grammars keep DRAFTS tokens to roll back, as vLLM configures them then.
+        vllm_x_drafts = XgrammarBackend(
+            _backend_config("xgrammar", DRAFTS), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
+        )
         self.ours = {
             engine: _grammar_guard(tokenizer, engine)
             for engine in ("xgrammar", "llguidance", "auto")
         }
+        self.ours["xgrammar, drafts"] = _grammar_guard(tokenizer, "xgrammar", DRAFTS)
         ours_x, ours_ll, routed = self.ours["xgrammar"], self.ours["llguidance"], self.ours["auto"]
 
-        def side(name: str, backend: Any, function: Any, pick: Any = None) -> Side:
-            hook = function is hooked
-            return Side(
-                name, _manager(backend, max_rows), function, pick or (lambda _: backend), hook
-            )
+        def side(name: str, backend: Any, function: Any, pick: Any = None, drafts: int = 0) -> Side:
+            manager, hook = _manager(backend, max_rows, drafts), function is hooked
+            return Side(name, manager, function, pick or (lambda _: backend), hook, drafts)
 
         def by_engine(schema: dict[str, Any]) -> Any:
             return ours_ll if schema is HARD_SCHEMA else ours_x
@@ -240,6 +290,10 @@ class Sides:
         self.forced = side(GG_XGRAMMAR, ours_x, hooked)
         self.routed = side(GG_ROUTED, routed, hooked)
         self.mixed = side(GG_MIXED, ours_x, hooked, by_engine)
+        self.drafted = [
+            side(VLLM_XGRAMMAR, vllm_x_drafts, original, drafts=DRAFTS),
+            side(GG_XGRAMMAR, self.ours["xgrammar, drafts"], hooked, drafts=DRAFTS),
+        ]
         self._tokenizer = tokenizer
 
     def settle_routing(self) -> None:
@@ -276,6 +330,7 @@ def measure(sides: list[Side], tokenizer: Any, requests: list[Request], repeats:
 
 IDENTICAL, KEPT_OUT_ONLY, DIFFERENT = "identical", "kept-out tokens only", "differ"
 FORCED, ROUTED, MIXED_TABLE = "grammar-guard on xgrammar", "grammar-guard routed", "mixed engines"
+DRAFTED = f"grammar-guard on xgrammar, {DRAFTS} drafts"
 # The goals hold from this batch up; below it a step is microseconds either way.
 GOAL_FROM_BATCH = 8
 
@@ -308,6 +363,7 @@ def compare(
 @dataclass
 class Tables:
     forced: list[str] = field(default_factory=list)
+    drafted: list[str] = field(default_factory=list)
     routed: list[str] = field(default_factory=list)
     mixed: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -318,6 +374,14 @@ class Tables:
         """The speed-up cell of a row, recorded for the goals."""
         self.speedups.setdefault(table, []).append((rows, size, vllm_us / ours_us))
         return f"{vllm_us / ours_us:.2f}x"
+
+    def versus(self, table: str, rows: str, size: int, theirs: Side, ours: Side) -> str:
+        """Both sides' median step time and rows per second, and the ratio (recorded)."""
+        return (
+            f"{theirs.median_us():.1f} | {ours.median_us():.1f} "
+            f"| {theirs.rows_per_second():,.0f} | {ours.rows_per_second():,.0f} "
+            f"| {self.timed(table, rows, size, theirs.median_us(), ours.median_us())}"
+        )
 
 
 def run(sizes: Sequence[int], repeats: int) -> Tables:
@@ -342,10 +406,8 @@ def run(sizes: Sequence[int], repeats: int) -> Tables:
                 x_us, g_us = vllm_x.median_us(), vllm_g.median_us()
                 faster_us = min(x_us, g_us)
                 tables.forced.append(
-                    f"| {label} | {x_us:.1f} | {forced.median_us():.1f} "
-                    f"| {tables.timed(FORCED, workload.name, size, x_us, forced.median_us())} "
-                    f"| {forced_verdict} "
-                    f"| {forced.strategy()} |"
+                    f"| {label} | {tables.versus(FORCED, workload.name, size, vllm_x, forced)} "
+                    f"| {forced_verdict} | {forced.strategy()} |"
                 )
                 against = " / ".join(
                     compare(masks, GG_ROUTED, name, kept_out)
@@ -356,6 +418,19 @@ def run(sizes: Sequence[int], repeats: int) -> Tables:
                     f"| {tables.timed(ROUTED, workload.name, size, faster_us, routed.median_us())} "
                     f"| {routed.engine_rows()} "
                     f"| {against} | {routed.strategy()} |"
+                )
+        theirs, ours = sides.drafted
+        for workload in WORKLOADS:
+            for size in sizes:
+                masks = measure(sides.drafted, tokenizer, workload.requests(size), repeats)
+                label = f"{workload.name} | {size}"
+                verdict = compare(masks, GG_XGRAMMAR, VLLM_XGRAMMAR, kept_out)
+                if verdict == DIFFERENT:
+                    tables.failures.append(f"{label}, {DRAFTS} drafts: other masks than vLLM's")
+                tables.drafted.append(
+                    f"| {label} | {ours.rows()} "
+                    f"| {tables.versus(DRAFTED, workload.name, size, theirs, ours)} "
+                    f"| {verdict} | {ours.strategy()} | {ours.fills_per_step():.0f} |"
                 )
         for size in [size for size in sizes if size > 1]:
             masks = measure([vllm_x, vllm_g, mixed], tokenizer, MIXED.requests(size), repeats)
@@ -376,6 +451,13 @@ def run(sizes: Sequence[int], repeats: int) -> Tables:
     return tables
 
 
+# The cells of Tables.versus, vLLM's xgrammar backend against grammar-guard on xgrammar.
+RATES = (
+    "vLLM xgrammar (us) | grammar-guard, xgrammar (us) | vLLM xgrammar (rows/s) "
+    "| grammar-guard, xgrammar (rows/s) | grammar-guard / vLLM"
+)
+
+
 def markdown(tables: Tables, repeats: int) -> str:
     masks_note = (
         f"Masks: `{IDENTICAL}`; `{KEPT_OUT_ONLY}`, a subset short of the special and "
@@ -389,10 +471,19 @@ def markdown(tables: Tables, repeats: int) -> str:
         "grammar-guard forced onto xgrammar against vLLM's xgrammar backend (masks checked at "
         f"every step; `{DIFFERENT}` fails the run):",
         "",
-        "| grammars | batch | vLLM xgrammar (us) | grammar-guard, xgrammar (us) | speed-up "
-        "| masks | strategy |",
-        "|---|---:|---:|---:|---:|---|---|",
+        f"| grammars | batch | {RATES} | masks | strategy |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
         *tables.forced,
+        "",
+        f"The same with speculative decoding: {DRAFTS} drafts scheduled per request, each "
+        f"accepted by its grammar, so {DRAFTS + 1} rows per request (its drafts' and the bonus "
+        f"token's); manager and grammars configured for `num_speculative_tokens = {DRAFTS}`; "
+        "masks checked at every step as above. Rows per second count every row; fills per step: "
+        "grammar-guard's filler calls in one step:",
+        "",
+        f"| grammars | batch | rows per step | {RATES} | masks | strategy | fills per step |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
+        *tables.drafted,
         "",
         "grammar-guard routed (the default, after its background compiles), against both "
         "vLLM backends (masks compared, not required to match):",
@@ -419,7 +510,8 @@ def markdown(tables: Tables, repeats: int) -> str:
     lines += [
         "",
         f"Goal, from batch {GOAL_FROM_BATCH} up: never slower than vLLM's xgrammar backend "
-        "(grammar-guard on xgrammar) or than the faster vLLM backend (routed, mixed engines):",
+        "(grammar-guard on xgrammar, with and without drafts) or than the faster vLLM backend "
+        "(routed, mixed engines):",
         "",
     ]
     lines += [_goal(table, rows) for table, rows in tables.speedups.items()]
