@@ -53,7 +53,7 @@ def installed_patches() -> dict[str, bool | None]:
     patched: dict[str, bool | None] = {
         seam: all(patch.applied() for patch in patches) for seam, patches in _seams().items()
     }
-    for seam in _SEAMS_OF_OLDER_RELEASES:
+    for seam in _SEAMS_OF_SOME_RELEASES:
         patched.setdefault(seam, None)
     return patched
 
@@ -101,8 +101,8 @@ def seam_changes() -> list[str]:
     ]
 
 
-# Seams that only releases before the installed one have.
-_SEAMS_OF_OLDER_RELEASES = ("bitmask_apply",)
+# Seams that only some releases have (the V1 runner's apply: 0.32 and 0.33).
+_SEAMS_OF_SOME_RELEASES = ("bitmask_apply",)
 
 
 def _seams() -> dict[str, tuple[Patch, ...]]:
