@@ -1,10 +1,13 @@
-"""Command line: ``python -m benchmarks all [--smoke] [--only NAME ...] [--no-docs]``.
+"""Command line: ``python -m benchmarks all [--smoke] [--only NAME ...] [--no-docs] [--data DIR]``.
 
 ``all`` runs every benchmark on the code as it is, each beside vLLM's own
 backends in the same run, and writes their tables into docs/benchmarks.md
 (``--no-docs``: only into ``--out``). ``--smoke`` runs each in a short form
 that proves it still works; its figures mean nothing, so it never writes the
-docs. Run from the repository root with the project's virtualenv.
+docs. ``--data DIR`` is the folder holding the full schema collections, which
+the full forms of ``coverage`` and ``upgrade_masks`` read: without it a full
+run skips those two, saying so (their smoke forms read the repository's
+sample in data/). Run from the repository root with the project's virtualenv.
 """
 
 from __future__ import annotations
@@ -15,7 +18,15 @@ import sys
 from pathlib import Path
 
 from benchmarks.provenance import REPO
-from benchmarks.suite import BENCHMARKS, FAILED, NAMES, RunOptions, command_line, run_all
+from benchmarks.suite import (
+    BENCHMARKS,
+    FAILED,
+    NAMES,
+    RunOptions,
+    command_line,
+    run_all,
+    skip_reason,
+)
 
 DEFAULT_OUT = {False: REPO / "build" / "benchmarks", True: REPO / "build" / "benchmarks-smoke"}
 
@@ -32,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--out", type=Path, help="where each benchmark's files go (default: build/...)"
     )
+    run.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="the folder holding the full collections (json-schema-test-suite/, "
+        "jsonschemabench/) for the full forms of coverage and upgrade_masks; without it a "
+        "full run skips those two (smoke forms read the repository's sample in data/)",
+    )
     run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return parser
 
@@ -41,24 +60,30 @@ def _as_typed(arguments: argparse.Namespace) -> str:
     words = ["python", "-m", "benchmarks", "all"]
     words += ["--smoke"] if arguments.smoke else []
     words += ["--only", *arguments.only] if arguments.only else []
+    words += ["--data", str(arguments.data)] if arguments.data else []
     return shlex.join(words)
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     names = arguments.only or list(NAMES)
+    if arguments.data is not None and not arguments.data.is_dir():
+        print(f"no data folder at {arguments.data} (--data DIR)", file=sys.stderr)
+        return 2
     options = RunOptions(
         smoke=arguments.smoke,
         docs=not (arguments.smoke or arguments.no_docs),
         # Absolute: the benchmarks run from the repository root, wherever this was started.
         out=(arguments.out or DEFAULT_OUT[arguments.smoke]).resolve(),
         command=_as_typed(arguments),
+        data=arguments.data.resolve() if arguments.data else None,
     )
     if arguments.dry_run:
         for benchmark in BENCHMARKS:
             if benchmark.name in names:
                 command = command_line(benchmark, options)
-                shown = shlex.join(command) if command else f"(none: {benchmark.covered_by})"
+                reason = skip_reason(benchmark, options)
+                shown = shlex.join(command) if command else f"(skipped: {reason})"
                 print(f"{benchmark.name}: {shown}")
         return 0
     outcomes = run_all(names, options)

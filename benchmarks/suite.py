@@ -25,8 +25,10 @@ TABLES = "tables.md"
 LOG = "output.log"
 IMAGES = DOCS.parent / "img"
 # The smoke coverage run: a few schemas of both collections, quick to compile,
-# with keywords xgrammar enforces and one it does not.
+# with keywords xgrammar enforces and one it does not (all in the repository's data/).
 COVERAGE_SMOKE_FILES = ("type.json", "enum.json", "maxLength.json", "Github_easy---o10008.json")
+# Why a benchmark whose full form reads the full collections did not run without them.
+NEEDS_DATA = "needs --data DIR (the full collections)"
 
 OK, FAILED, SKIPPED = "ok", "FAILED", "skipped"
 
@@ -43,6 +45,9 @@ class Benchmark:
     covered_by: str = ""
     starts_engines: bool = False
     plots: tuple[str, ...] = ()  # files in its folder that docs/img keeps a copy of
+    # Its full form reads the full collections (``--data DIR``); its smoke form,
+    # the repository's sample in data/. Without --data a full run skips it.
+    full_data: bool = False
 
 
 def _script(name: str, *arguments: str) -> Command:
@@ -119,6 +124,7 @@ BENCHMARKS = (
         "upgrade_masks",
         full=_module("upgrade_masks"),
         smoke=_module("upgrade_masks", "--every", "50", "--repeats", "1"),
+        full_data=True,
     ),
     Benchmark(
         "coverage",
@@ -133,6 +139,7 @@ BENCHMARKS = (
             "{folder}",
         ),
         plots=("coverage.png",),
+        full_data=True,
     ),
 )
 NAMES = tuple(benchmark.name for benchmark in BENCHMARKS)
@@ -152,18 +159,35 @@ class RunOptions:
     docs: bool  # write the sections of docs/benchmarks.md (never in a smoke run)
     out: Path
     command: str  # as the provenance line names it
+    data: Path | None = None  # the full collections, for the full forms that read them
+
+
+def skip_reason(benchmark: Benchmark, options: RunOptions) -> str | None:
+    """Why ``benchmark`` does not run in this run, or None when it runs."""
+    if options.smoke and benchmark.smoke is None:
+        return f"no smoke form: {benchmark.covered_by}"
+    if not options.smoke and benchmark.full_data and options.data is None:
+        # Its sections hold the full collections' figures: never the sample's.
+        return NEEDS_DATA
+    return None
 
 
 def command_line(benchmark: Benchmark, options: RunOptions) -> list[str] | None:
+    if skip_reason(benchmark, options) is not None:
+        return None
     form = benchmark.smoke if options.smoke else benchmark.full
-    return None if form is None else [sys.executable, *form(options.out / benchmark.name)]
+    assert form is not None
+    command = [sys.executable, *form(options.out / benchmark.name)]
+    if benchmark.full_data and not options.smoke:
+        command += ["--data", str(options.data)]
+    return command
 
 
 def run_benchmark(benchmark: Benchmark, options: RunOptions) -> Outcome:
     folder = options.out / benchmark.name
     command = command_line(benchmark, options)
     if command is None:
-        return Outcome(benchmark.name, SKIPPED, 0.0, f"no smoke form: {benchmark.covered_by}")
+        return Outcome(benchmark.name, SKIPPED, 0.0, skip_reason(benchmark, options) or "")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     log = folder / LOG
@@ -204,6 +228,7 @@ def run_all(names: Sequence[str], options: RunOptions) -> list[Outcome]:
         print(f"   {outcome.result} in {outcome.seconds:.0f} s {outcome.note}".rstrip(), flush=True)
         outcomes.append(outcome)
     summary = summary_table(outcomes)
+    options.out.mkdir(parents=True, exist_ok=True)  # every one may have been skipped
     (options.out / "summary.md").write_text(summary, encoding="utf-8")
     print("\n" + summary, end="")
     return outcomes

@@ -2,17 +2,20 @@
 
 Routing offers a background upgrade to xgrammar for keys llguidance serves
 only because xgrammar compiles them slowly (``routing.upgrade_target``).
-This takes those schemas of the shared collections, compiles each on both
+This takes those schemas of the collections, compiles each on both
 engines as the backend builds them (129k-token tokenizer, one process),
 writes the first valid instance into the llguidance grammar to get its
 token path, and times a mask fill before each token of that path on both
 grammars (``mask_trial.fill_seconds``, best of ``--repeats``), as the
 upgrade trial does.
 
-    .venv/bin/python -m benchmarks.upgrade_masks [--every 4] [--markdown PATH]
+    .venv/bin/python -m benchmarks.upgrade_masks --data DIR [--every 4] [--markdown PATH]
 
-``--every N`` measures every N-th upgradable schema (1: all 99, about 10
-minutes on 2 cores).
+``--data DIR`` is the folder holding both full collections; without it the
+run takes the repository's sample in ``data/`` (which holds every upgradable
+schema of the full collections, but not what a changed routing would add)
+and says so on stderr. ``--every N`` measures every N-th upgradable schema
+(1: all 99, about 10 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import Case, Selection, default_data_dir, discover, load_case
+from benchmarks.coverage.cases import (
+    Case,
+    Selection,
+    data_dir_or_sample,
+    discover,
+    load_case,
+    sample_data_dir,
+)
 from benchmarks.coverage.checker import load_tokenizer
 from benchmarks.coverage.key_order import SchemaNavigator
 from benchmarks.coverage.writer import InstanceWriter, Layout
@@ -39,13 +49,16 @@ class Upgradable:
 
 
 def upgradable_cases(data_dir: Path | None = None) -> list[Upgradable]:
-    """The collection schemas whose compact JSON keys routing would offer an upgrade."""
+    """The collection schemas whose compact JSON keys routing would offer an upgrade.
+
+    ``data_dir``: the folder holding both collections; by default the repository's sample.
+    """
     from grammar_guard.core.errors import InvalidGrammarError
     from grammar_guard.core.routing import route, upgrade_target
     from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
     from grammar_guard.core.xgrammar_cost import slow_for_xgrammar
 
-    data_dir = data_dir or default_data_dir()
+    data_dir = data_dir or sample_data_dir()
     found = []
     for ref in discover(data_dir, Selection()):
         case = load_case(data_dir, ref)
@@ -99,13 +112,13 @@ def routed_engine() -> Any:
     return engine
 
 
-def measure(every: int, repeats: int) -> list[dict[str, Any]]:
+def measure(every: int, repeats: int, data_dir: Path | None = None) -> list[dict[str, Any]]:
     from grammar_guard.core.mask_trial import fill_seconds
     from grammar_guard.core.routing import EngineName
 
     routed = routed_engine()
     rows = []
-    for item in upgradable_cases()[::every]:
+    for item in upgradable_cases(data_dir)[::every]:
         valid = next((instance for instance in item.case.instances if instance.valid), None)
         if valid is None:
             continue
@@ -155,8 +168,18 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="the folder holding both full collections; default: the repository's sample "
+        "in data/, said so on stderr",
+    )
     args = parser.parse_args()
-    table = markdown(measure(args.every, args.repeats), args.every)
+    data_dir = data_dir_or_sample(args.data)
+    if not data_dir.is_dir():
+        raise SystemExit(f"no data folder at {data_dir} (give one with --data)")
+    table = markdown(measure(args.every, args.repeats, data_dir), args.every)
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(table)

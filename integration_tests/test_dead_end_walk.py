@@ -7,14 +7,15 @@ the last property of vLLM's own test schema the mask allowed ``,``, and after
 it only the end token, which the matcher refused). With free whitespace the
 same dead end allows whitespace alone, until the request's token limit.
 
-Each schema of a fixed slice of both shared collections, and vLLM's test
+Each schema of a fixed slice of both collections, and vLLM's test
 schema, is compiled by each engine that serves it as grammar-guard builds
 it, over the real 129k-token tokenizer, and walked from the start a few
 times. Each step samples one allowed token. A uniform pick among 129k tokens
 would wander inside strings and seldom close an object, so the walk favours
 the end token and short structural tokens: it ends constructs and reaches
 the states where dead ends were. Seeded, so every run walks the same paths.
-Needs ../shared/data next to the repository root.
+Reads the repository's data/, whose jsonschemabench sample holds the first
+schemas of every category of the full collection: the slice is the same.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from benchmarks.coverage.cases import Selection, default_data_dir, discover, load_case
+from benchmarks.coverage.cases import Selection, discover, load_case, sample_data_dir
 from benchmarks.coverage.checker import load_tokenizer
 
 from grammar_guard.core.bitmask import allocate_bitmask
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
 
-DATA_DIR = default_data_dir()
+DATA_DIR = sample_data_dir()
 # The first schemas of every category of both collections: the slice covers
 # each kind of schema the collections hold and walks in about a minute.
 SCHEMAS_PER_CATEGORY = 3
@@ -64,10 +65,6 @@ EXCERPT_CHARS = 200
 _CLOSING = frozenset('"]}')
 _STRUCTURAL = _CLOSING | frozenset("{[,:")
 _WHITESPACE = frozenset(" \t\n\r")
-
-pytestmark = pytest.mark.skipif(
-    not DATA_DIR.is_dir(), reason=f"the shared data folder {DATA_DIR} is absent"
-)
 
 
 @dataclass(frozen=True)
@@ -224,7 +221,7 @@ def test_no_allowed_token_leads_into_a_dead_end(
         dead_end = _dead_end(engine, compiled, engines.walker, f"{name}|{options}")
         if dead_end is not None:
             found.append(f"{name}, {dead_end}")
-    assert walked >= 50, f"only {walked} grammars walked: is the shared data complete?"
+    assert walked >= 50, f"only {walked} grammars walked: is data/ complete?"
     assert not found, f"{len(found)} dead ends on {engine_name.value}:\n" + "\n".join(found)
 
 

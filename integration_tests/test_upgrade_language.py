@@ -1,7 +1,7 @@
 """An upgraded key enforces the same language on xgrammar as it did on llguidance.
 
 Routing offers a background upgrade (``routing.upgrade_target``) only for
-keys both engines enforce alike; this checks that claim on the shared
+keys both engines enforce alike; this checks that claim on the schema
 collections. Each upgradable schema is compiled by both engines as the
 backend builds them, over the real 129k-token tokenizer, and every labelled
 instance of its file is written into a fresh grammar of each, token by token
@@ -11,8 +11,9 @@ instance.
 About a hundred schemas of both collections qualify; each costs seconds of
 xgrammar compile, so CI checks every ``SAMPLE_EVERY``-th of them (each
 category among them). ``GRAMMAR_GUARD_CHECK_EVERY_UPGRADE=1`` checks them
-all (about 10 minutes on 2 cores). Needs ../shared/data next to the
-repository root.
+all (about 10 minutes on 2 cores). Reads the repository's data/, whose
+jsonschemabench sample holds every upgradable schema of the full collection
+(scripts/sample_test_data.py), so the same schemas are checked as on it.
 """
 
 from __future__ import annotations
@@ -20,18 +21,14 @@ from __future__ import annotations
 import os
 
 import pytest
-from benchmarks.coverage.cases import default_data_dir
+from benchmarks.coverage.cases import sample_data_dir
 from benchmarks.upgrade_masks import routed_engine, upgradable_cases, write_instance
 
 from grammar_guard.core.routing import EngineName, RoutedEngine
 
-DATA_DIR = default_data_dir()
+DATA_DIR = sample_data_dir()
 SAMPLE_EVERY = 8
 CHECK_ALL = os.environ.get("GRAMMAR_GUARD_CHECK_EVERY_UPGRADE") == "1"
-
-pytestmark = pytest.mark.skipif(
-    not DATA_DIR.is_dir(), reason=f"the shared data folder {DATA_DIR} is absent"
-)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +41,7 @@ def test_both_engines_give_every_instance_of_an_upgradable_schema_the_same_verdi
     routed: RoutedEngine,
 ) -> None:
     upgradable = upgradable_cases(DATA_DIR)
-    assert len(upgradable) >= 50, f"only {len(upgradable)} upgradable schemas: is the data whole?"
+    assert len(upgradable) >= 50, f"only {len(upgradable)} upgradable schemas: is data/ whole?"
     checked = upgradable if CHECK_ALL else upgradable[::SAMPLE_EVERY]
     disagreements, wrong, instances = [], [], 0
     for item in checked:

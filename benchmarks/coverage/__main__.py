@@ -12,7 +12,7 @@ from benchmarks.coverage.cases import (
     SUITES,
     TEST_SUITE,
     Selection,
-    default_data_dir,
+    data_dir_or_sample,
 )
 from benchmarks.coverage.report import render_overview
 from benchmarks.coverage.results import CRASH, TIMEOUT, SchemaResult
@@ -53,7 +53,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--markdown", type=Path, help="also write the overall table (docs/benchmarks.md's) here"
     )
-    parser.add_argument("--data", type=Path, default=default_data_dir())
+    parser.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="the folder holding both full collections (json-schema-test-suite/, "
+        "jsonschemabench/); default: the repository's sample in data/, said so on stderr",
+    )
     return parser.parse_args(argv)
 
 
@@ -85,11 +91,12 @@ class _ProgressLine:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    if not args.data.is_dir():
-        print(f"no data folder at {args.data} (give one with --data)", file=sys.stderr)
+    data_dir = data_dir_or_sample(args.data)
+    if not data_dir.is_dir():
+        print(f"no data folder at {data_dir} (give one with --data)", file=sys.stderr)
         return 2
     config = CoverageConfig(
-        data_dir=args.data,
+        data_dir=data_dir,
         selection=Selection(
             suites=_SUITE_CHOICES[args.suite],
             categories=_split(args.categories),

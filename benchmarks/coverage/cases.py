@@ -8,6 +8,10 @@
   ``{"description", "schema", "tests"}`` per file; the category is the file's
   path without ``.json`` (``type``, ``optional/format/email``).
 
+Both sit in one data folder: the repository's ``data/`` (:data:`SAMPLE_DATA_DIR`:
+the whole test suite and a sample of jsonschemabench, which the tests read), or
+the full collections a benchmark is given with ``--data DIR``.
+
 The parent only reads counts and descriptions (:func:`discover`); a worker
 loads the schema and instances it checks (:func:`load_case`). Numbers in
 instances keep their literal text (:class:`NumberLiteral`), so ``1.0`` is fed
@@ -19,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +41,36 @@ _SUITE_FOLDERS = {
 _TRAILING_NUMBER = re.compile(r"_\d+$")
 
 
-def default_data_dir() -> Path:
-    """``../shared/data`` next to the repository root, where CI puts the data."""
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+# The repository's own data: the whole JSON-Schema-Test-Suite draft 2020-12
+# and a sample of jsonschemabench (data/README.md, scripts/sample_test_data.py).
+SAMPLE_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+SAMPLE_MANIFEST = "sample.json"
+FULL_DATA_HINT = "--data DIR"
+
+
+def sample_data_dir() -> Path:
+    """``data/`` at the repository root: what the tests read, and a benchmark given no data."""
+    return SAMPLE_DATA_DIR
+
+
+def sample_notice(data_dir: Path = SAMPLE_DATA_DIR) -> str:
+    """The line a benchmark prints when no ``--data`` was given and it runs on the sample."""
+    sampled = sum(1 for _ in suite_folder(data_dir, JSONSCHEMABENCH).glob("*.json"))
+    manifest = json.loads((data_dir / SAMPLE_MANIFEST).read_text(encoding="utf-8"))
+    full = int(manifest[JSONSCHEMABENCH]["files"])
+    return (
+        f"no --data given: running on the repository's sample in data/ ({sampled:,} "
+        f"jsonschemabench schemas of {full:,}, the whole JSON-Schema-Test-Suite draft 2020-12); "
+        f"the figures in docs/benchmarks.md are from the full collections: {FULL_DATA_HINT}"
+    )
+
+
+def data_dir_or_sample(given: Path | None) -> Path:
+    """``given`` (the full collections), or the repository's sample, said so on stderr."""
+    if given is not None:
+        return given
+    print(sample_notice(), file=sys.stderr, flush=True)
+    return SAMPLE_DATA_DIR
 
 
 def suite_folder(data_dir: Path, suite: str) -> Path:

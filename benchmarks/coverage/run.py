@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import Selection, default_data_dir, discover
+from benchmarks.coverage.cases import Selection, discover, sample_data_dir
 from benchmarks.coverage.plot import write_plot
 from benchmarks.coverage.pool import Limits, Progress, WorkerPool
 from benchmarks.coverage.report import (
@@ -39,7 +39,7 @@ _START_LIMIT_S = 600.0
 
 @dataclass(frozen=True)
 class CoverageConfig:
-    data_dir: Path = field(default_factory=default_data_dir)
+    data_dir: Path = field(default_factory=sample_data_dir)  # data/; a full run: the full data
     selection: Selection = field(default_factory=Selection)
     whitespace: bool = False  # False: compact JSON, vLLM's disable_any_whitespace
     timeout_s: float = DEFAULT_TIMEOUT_S
