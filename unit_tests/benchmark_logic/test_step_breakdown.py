@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness.skip_policy import UNAVAILABLE_HERE
 from vllm.v1.core.sched.scheduler import Scheduler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -15,7 +16,8 @@ from step_breakdown import clocks_on, parts_ms
 # The breakdown times the V1 runner's apply; vLLM 0.34 has only V2 runners.
 gpu_model_runner = pytest.importorskip(
     "vllm.v1.worker.gpu_model_runner",
-    reason="this vLLM has no V1 model runner, whose apply the step breakdown times",
+    reason=UNAVAILABLE_HERE
+    + "this vLLM has no V1 model runner, whose apply the step breakdown times",
 )
 
 

