@@ -150,6 +150,14 @@ def _worker(kind: str, schema_json: str, duration_s: float, upgrade_wait_s: floa
                 "ttft_s": ttft_s,
                 "batches": batches,
                 "upgrade": upgrade,
+                # The last batch as decoded, for a check that it satisfies the schema.
+                "outputs": [
+                    {
+                        "text": output.outputs[0].text,
+                        "finish_reason": output.outputs[0].finish_reason,
+                    }
+                    for output in outputs
+                ],
                 **_disk_counts(llm, kind),
             }
         ),
@@ -177,7 +185,10 @@ def _disk_counts(llm: Any, kind: str) -> dict[str, int]:
     if not kind.startswith("grammar-guard"):
         return {}
     numbers = _service(llm).metrics.snapshot().as_dict()
-    return {name: int(numbers[f"grammar_guard_disk_{name}_total"]) for name in ("hits", "misses")}
+    return {
+        name: int(numbers[f"grammar_guard_disk_{name}_total"])
+        for name in ("hits", "misses", "writes", "errors")
+    }
 
 
 def _restart(
@@ -244,7 +255,7 @@ def measure_restarts(
         loading = runs.get(KINDS[-1], [])
         if loading and loading[-1]["hits"] != 1:
             raise RuntimeError(f"a cache-folder run compiled instead of loading: {loading}")
-    return {"fill_upgrade": fill["upgrade"], "runs": runs}
+    return {"fill_upgrade": fill["upgrade"], "fill": fill, "runs": runs}
 
 
 # --- cache file formats ----------------------------------------------------------------

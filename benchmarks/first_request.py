@@ -41,10 +41,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
-from harness.server import GRAMMAR_GUARD_FLAGS, ApiServer, start_api_server
+from harness.server import (
+    GRAMMAR_GUARD_FLAGS,
+    ApiServer,
+    start_api_server,
+    without_plugin_settings,
+)
 
 from grammar_guard.core.grammar_text import grammar_is_lark
-from grammar_guard.core.settings import ENV_PREFIX as SETTINGS_PREFIX
 from grammar_guard.core.spec import CompileOptions
 from grammar_guard.demo.cases import CASES, Case, check_json_object
 from grammar_guard.demo.tiny_model import build_tiny_model
@@ -64,6 +68,8 @@ KINDS: tuple[Case, ...] = (*CASES, JSON_OBJECT_CASE)
 LOAD_MAX_TOKENS = 900
 # A batch ends with its longest request: these outlast the measured ones.
 OFFLINE_LOAD_TOKENS = 256
+# Long unconstrained requests decoding beside the measured ones: enough to keep every core busy.
+DECODE_STREAMS = 16
 # Enough for every case to finish, so each output can be checked whole.
 MEASURED_MAX_TOKENS = 64
 REQUEST_TIMEOUT_S = 300.0
@@ -353,7 +359,9 @@ def markdown(result: FirstRequestResult, *, where: str, rounds: int, load: int) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--load", type=int, default=16, help="unconstrained decode requests")
+    parser.add_argument(
+        "--load", type=int, default=DECODE_STREAMS, help="unconstrained decode requests"
+    )
     parser.add_argument(
         "--offline", action="store_true", help="through LLM(...) instead of the server"
     )
@@ -363,7 +371,7 @@ def main() -> None:
     model = str(build_tiny_model())
     # The engine inherits this environment: a GRAMMAR_GUARD_* variable set
     # here would make the run something other than the defaults.
-    for name in [name for name in os.environ if name.startswith(SETTINGS_PREFIX)]:
+    for name in set(os.environ) - set(without_plugin_settings(os.environ)):
         del os.environ[name]
     engine = build_reference_engine(model)
     if arguments.offline:

@@ -93,7 +93,9 @@ BENCHMARKS = (
     Benchmark(
         "bench_restart",
         full=_script("bench_restart", "--out-dir", "{folder}"),
-        smoke=_script("bench_restart", "--smoke", "--out-dir", "{folder}"),
+        # Its --smoke form is the persistent-cache restart test's run.
+        smoke=None,
+        covered_by="integration_tests/test_persistent_cache.py (bench_restart.py --smoke)",
         starts_engines=True,
     ),
     Benchmark(

@@ -12,13 +12,14 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from grammar_guard.core.settings import ENV_PREFIX
 from grammar_guard.demo.engine import ENGINE_ENV, ENGINE_KWARGS
 
 STARTUP_TIMEOUT_S = 600
@@ -80,13 +81,24 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def without_plugin_settings(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` without any ``GRAMMAR_GUARD_*`` setting: what a new user's server sees."""
+    return {name: value for name, value in environment.items() if not name.startswith(ENV_PREFIX)}
+
+
 @contextlib.contextmanager
 def start_api_server(
-    model: str, *extra_args: str, env: dict[str, str] | None = None
+    model: str, *extra_args: str, env: dict[str, str] | None = None, plugin_defaults: bool = False
 ) -> Iterator[ApiServer]:
+    """vLLM's server on loopback: this environment, the tiny-model engine settings, then ``env``.
+
+    ``plugin_defaults``: no ``GRAMMAR_GUARD_*`` setting of this environment
+    reaches the server, as for a new operator's.
+    """
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", **(env or {})}
+    inherited = without_plugin_settings(os.environ) if plugin_defaults else os.environ
+    env = {**inherited, **ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", **(env or {})}
     log = Path(tempfile.mkstemp(prefix="grammar-guard-server-", suffix=".log")[1])
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",

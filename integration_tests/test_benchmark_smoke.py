@@ -8,10 +8,11 @@ that should match, token ids that should be the same) exits non-zero, so its
 test fails and names it. The figures of a smoke run mean nothing and are
 not looked at; the smoke run must not write the docs.
 
-first_request and load_soak have no smoke form here: their own integration
-tests run them (test_first_request.py, test_load_soak.py). bench_restart's
-smoke form restarts from the cache folder only (its full form starts five
-engines one after another).
+first_request, load_soak and bench_restart have no smoke form here: their
+own integration tests run them (test_first_request.py, test_load_soak.py,
+and test_persistent_cache.py, which runs bench_restart's smoke form: the
+filling run and one restart from the cache folder, where its full form starts
+five engines one after another), so no engine starts twice for one check.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 from benchmarks.docs_sections import DOCS, missing_sections, replace_section, section_names
 from benchmarks.suite import BENCHMARKS, NAMES
+from harness.skip_policy import unavailable_here
 
 REPO = Path(__file__).resolve().parent.parent
 # Against a hang only: the longest smoke form takes minutes, never this long.
@@ -62,17 +64,19 @@ def test_the_smoke_form_runs_and_writes_a_table(name: str, tmp_path: Path) -> No
         # Only a benchmark that needs hardware this machine lacks may run and measure nothing.
         assert name == "gpu_apply_check", run.stdout[-4000:]
         assert re.search(rf"\| {name} \| skipped \|", run.stdout), run.stdout[-4000:]
-        pytest.skip("no NVIDIA GPU here: gpu_apply_check skipped itself, as it should")
+        unavailable_here("no NVIDIA GPU here: gpu_apply_check skipped itself, as it should")
     text = section.read_text(encoding="utf-8")
     assert text.startswith("_Generated "), text[:300]
     assert _TABLE_RULE.search(text), text[:2000]
 
 
-def test_first_request_and_load_soak_are_left_to_their_own_tests(tmp_path: Path) -> None:
-    run = _smoke(["first_request", "first_request_offline", "load_soak"], tmp_path)
+def test_benchmarks_with_engine_tests_of_their_own_are_left_to_them(tmp_path: Path) -> None:
+    names = ["first_request", "first_request_offline", "load_soak", "bench_restart"]
+    run = _smoke(names, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "integration_tests/test_first_request.py" in run.stdout
     assert "integration_tests/test_load_soak.py" in run.stdout
+    assert "integration_tests/test_persistent_cache.py" in run.stdout
     # Nothing ran, so nothing but the run's summary was written.
     assert [path.name for path in tmp_path.glob("*.md")] == ["summary.md"]
 

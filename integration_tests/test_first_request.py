@@ -8,22 +8,20 @@ point. Each constrained request is paired with an unconstrained twin sent
 with it, and its grammar may cost it at most its own compile time (timed in
 this process under the same load) plus ``OVERHEAD_BOUND_S``.
 
-Two engines, each from nothing: the OpenAI-compatible server, and
-``LLM(...)`` with its engine core in a spawned process, run as
-``python -m benchmarks.first_request --offline`` in a fresh interpreter.
+Two engines, each from nothing and each shared with other tests only after
+this one (``conftest.py``): the OpenAI-compatible server (``api_server``,
+checked unused before the measurement), and ``LLM(...)`` with its engine core
+spawned (``spawned_engine``, whose run measures these first).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 from benchmarks.first_request import (
+    DECODE_STREAMS,
     KINDS,
     FirstRequestResult,
     Timing,
@@ -31,54 +29,33 @@ from benchmarks.first_request import (
     measure_first_requests,
 )
 from harness.oracles import assert_satisfies
-from harness.server import GRAMMAR_GUARD_FLAGS, start_api_server
-
-from grammar_guard.core.settings import ENV_PREFIX
+from harness.server import ApiServer
 
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parent.parent
 # What a grammar that compiles in milliseconds may add to its request's
 # first token, beyond its compile: the requirement the product makes.
 OVERHEAD_BOUND_S = 0.1
-DECODE_STREAMS = 16
 # Below this the decode load did not keep the machine busy, and the test
 # would not be testing what it says.
 BUSY_PERCENT = 75.0
-OFFLINE_RUN_LIMIT_S = 900
-
-
-def _default_environment() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIX)}
+# A key looked up before the measurement would make a "first" request a repeat.
+LOOKUPS = ("grammar_guard_cache_hits_total", "grammar_guard_cache_misses_total")
 
 
 @pytest.fixture(scope="module")
-def on_the_server(tiny_model: str) -> Iterator[FirstRequestResult]:
+def on_the_server(tiny_model: str, api_server: ApiServer) -> Iterator[FirstRequestResult]:
     engine = build_reference_engine(tiny_model)
-    with pytest.MonkeyPatch.context() as patch:
-        for name in set(os.environ) - set(_default_environment()):
-            patch.delenv(name)
-        with start_api_server(tiny_model, *GRAMMAR_GUARD_FLAGS) as server:
-            yield measure_first_requests(server, engine, rounds=1, load=DECODE_STREAMS)
+    metrics = api_server.metrics()
+    assert not any(metrics.get(name) for name in LOOKUPS), (
+        f"the shared server served structured requests before its first-request check: {metrics}"
+    )
+    yield measure_first_requests(api_server, engine, rounds=1, load=DECODE_STREAMS)
 
 
 @pytest.fixture(scope="module")
-def through_llm(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> FirstRequestResult:
-    output = tmp_path_factory.mktemp("first-request") / "offline.json"
-    command = [sys.executable, "-m", "benchmarks.first_request", "--offline", "--rounds", "1"]
-    command += ["--load", str(DECODE_STREAMS), "--json", str(output)]
-    environment = {**_default_environment(), "GRAMMAR_GUARD_TINY_MODEL_DIR": tiny_model}
-    run = subprocess.run(
-        command,
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=OFFLINE_RUN_LIMIT_S,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
-    data = json.loads(output.read_text())
+def through_llm(spawned_engine: dict[str, Any]) -> FirstRequestResult:
+    data = spawned_engine["first_request"]
     return FirstRequestResult(
         timings=[Timing(**timing) for timing in data["timings"]],
         cpu_percent=data["cpu_percent"],
