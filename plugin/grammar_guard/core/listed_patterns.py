@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grammar_guard.core.repeat_count import repeat_count
 from grammar_guard.core.schema.vocabulary import subschemas
 
 # ECMA-262's syntax characters: any other character outside a class stands
@@ -177,7 +178,8 @@ class _Reader:
             if end == -1 or not first.isdigit() or (comma and not second.isdigit()):
                 raise _Unlisted  # "{n,}" repeats without bound; "{" alone is not read
             self.pos = end + 1
-            low, high = int(first), int(second) if comma else int(first)
+            low = repeat_count(first)
+            high = repeat_count(second) if comma else low
             if low > high:
                 raise _Unlisted
         else:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from grammar_guard.core.repeat_count import repeat_count
 from grammar_guard.core.schema.values import type_set
 from grammar_guard.core.schema.vocabulary import subschemas
 from grammar_guard.core.spec import GrammarSpec, RequestKind
@@ -83,7 +84,7 @@ def _schema_bounds(node: Any) -> tuple[int, int]:
 
 
 def _repeat_total(text: str) -> int:
-    return sum(int(m.group(2) or m.group(1)) for m in _REGEX_REPEAT.finditer(text))
+    return sum(repeat_count(m.group(2) or m.group(1)) for m in _REGEX_REPEAT.finditer(text))
 
 
 def _schema_is_slow(node: Any) -> bool:
@@ -169,6 +170,6 @@ def _anchored(pattern: str) -> bool:
 def _repeats_are_slow(text: str) -> bool:
     for match in _REGEX_REPEAT.finditer(text):
         low, high = match.group(1), match.group(2)
-        if int(high or low) >= SLOW_REPEAT_COUNT:
+        if repeat_count(high or low) >= SLOW_REPEAT_COUNT:
             return True
     return False
