@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from grammar_guard.core.bitmask import allocate_bitmask
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.failures import FailureClass
 from grammar_guard.core.guarded_matcher import GuardedMatcher
 from grammar_guard.core.spec import RequestKind
 
@@ -22,15 +24,20 @@ class Reports:
     """What a guard told its host: requests to end and faults, in order."""
 
     ended: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[FailureClass] = field(default_factory=list)
     faults: list[tuple[str, str]] = field(default_factory=list)
 
     def guard(self, matcher: TokenMatcher, label: str = "test") -> GuardedMatcher:
         return GuardedMatcher(
             matcher,
             label,
-            end_request=lambda request_id, why: self.ended.append((request_id, why)),
+            end_request=self._end,
             report_fault=lambda name, fault: self.faults.append((name, fault)),
         )
+
+    def _end(self, request_id: str, why: str, failure: FailureClass) -> None:
+        self.ended.append((request_id, why))
+        self.failures.append(failure)
 
 
 @pytest.fixture
@@ -303,3 +310,32 @@ def test_fault_survives_a_successful_reset(reports: Reports) -> None:
     grammar.fill_bitmask(torch.zeros((1, 2), dtype=torch.int32), 0)
     grammar.reset()
     assert_faulted(grammar, reports, "fill_bitmask", "fill_bitmask")
+
+
+class GrammarLimitMatcher(RaisingMatcher):
+    """Its fill raises the engine's own InvalidGrammarError: the grammar outgrew a limit."""
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        raise InvalidGrammarError("the grammar grew past the engine's limits")
+
+
+def test_a_grammar_past_its_engine_limits_ends_as_the_clients_error(reports: Reports) -> None:
+    grammar = reports.guard(GrammarLimitMatcher())
+    grammar.fill_bitmask(torch.zeros((1, 2), dtype=torch.int32), 0)
+    assert grammar.accept_tokens("req", [1]) is False
+    assert reports.failures == [FailureClass.INVALID]
+    assert "grew past the engine's limits" in reports.ended[0][1]
+
+
+@pytest.mark.parametrize("failing", ["fill_bitmask", "accept_token"])
+def test_a_crash_ends_as_a_server_fault(reports: Reports, failing: str) -> None:
+    grammar = reports.guard(RaisingMatcher(failing))
+    grammar.fill_bitmask(torch.zeros((1, 2), dtype=torch.int32), 0)
+    assert grammar.accept_tokens("req", [1]) is False
+    assert reports.failures == [FailureClass.INTERNAL]
+
+
+def test_a_refused_sample_is_a_server_fault(small: SmallTokenizer, reports: Reports) -> None:
+    grammar = reports.guard(small.matcher(small.spec(RequestKind.REGEX, "ab")))
+    assert grammar.accept_tokens("req", [small.id("b")]) is False
+    assert reports.failures == [FailureClass.INTERNAL]

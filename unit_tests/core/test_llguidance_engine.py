@@ -9,6 +9,8 @@ import torch
 from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB
 
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.failures import FailureClass
+from grammar_guard.core.guarded_matcher import GuardedMatcher
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceMatcher
 from grammar_guard.core.llguidance_rewrite import EngineDoesNotSupport
 from grammar_guard.core.settings import UnenforcedPolicy
@@ -276,3 +278,29 @@ def test_a_pattern_whose_whitespace_class_llguidance_reads_narrower_is_refused()
         LLGuidanceEngine.check(spec)
     plain = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^[a-z]+$"})
     assert LLGuidanceEngine.check(plain) == ()
+
+
+def test_a_grammar_past_llguidances_lexer_limit_ends_its_request_as_the_clients_error(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    """``a{99999999}`` compiles, then a request's matcher hits llguidance's lexer limit.
+
+    llguidance then allows only the stop token and refuses it: a dead end that
+    once ended the request as a server error ("the grammar rejected sampled
+    token"). The matcher says why instead, and the guard makes it the client's.
+    """
+    compiled = small_llguidance.compile(_spec(RequestKind.REGEX, "a{99999999}"))
+    matcher = small_llguidance.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    ended: list[tuple[str, FailureClass]] = []
+    guard = GuardedMatcher(
+        matcher,
+        "huge",
+        end_request=lambda request_id, why, failure: ended.append((why, failure)),
+        report_fault=lambda label, fault: None,
+    )
+    guard.fill_bitmask(torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32), 0)
+    assert guard.accept_tokens("req", [VOCAB.index(EOS)]) is False
+    ((why, failure),) = ended
+    assert failure is FailureClass.INVALID
+    assert "grew past llguidance's limits while decoding: lexer error" in why
+    assert "<state>" not in why  # the cause, not llguidance's state dump

@@ -16,13 +16,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.failures import FailureClass
+
 if TYPE_CHECKING:
     import torch
 
     from grammar_guard.core.engine import TokenMatcher
 
-EndRequest = Callable[[str, str], None]
-"""Called with a request's id and why it must end (``grammar LABEL: ...``)."""
+EndRequest = Callable[[str, str, FailureClass], None]
+"""Called with a request's id, why it must end (``grammar LABEL: ...``) and whose fault it is.
+
+A step that raised :class:`InvalidGrammarError` ended on the grammar's own
+limits (an engine refusing to grow it further): the client's error, INVALID.
+Anything else is a server fault, INTERNAL.
+"""
 
 ReportFault = Callable[[str, str], None]
 """Called with the grammar's label and its fault (``STEP raised TYPE: MESSAGE``)."""
@@ -49,6 +57,7 @@ class GuardedMatcher:
         self._report_fault = report_fault
         self._terminated = False
         self._fault: str | None = None
+        self._fault_class = FailureClass.INTERNAL
 
     @property
     def fault(self) -> str | None:
@@ -62,7 +71,8 @@ class GuardedMatcher:
         rows after a rejection expect (vLLM from 0.34).
         """
         if self._fault is not None:
-            return self._end(request_id, f"its grammar failed earlier: {self._fault}")
+            why = f"its grammar failed earlier: {self._fault}"
+            return self._end(request_id, why, self._fault_class)
         if self._terminated:
             # Like vLLM's own backends: tokens after termination are ignored.
             return True
@@ -72,18 +82,19 @@ class GuardedMatcher:
                 if not self._matcher.accept_token(token):
                     if accepted:
                         self._matcher.rollback(accepted)
-                    return self._end(request_id, f"the grammar rejected sampled token {token}")
+                    why = f"the grammar rejected sampled token {token}"
+                    return self._end(request_id, why, FailureClass.INTERNAL)
                 accepted += 1
                 if self._matcher.is_terminated():
                     self._terminated = True
                     break
         except Exception as exc:
             self._record_fault("accept_tokens", exc)
-            return self._end(request_id, f"its grammar failed: {self._fault}")
+            return self._end(request_id, f"its grammar failed: {self._fault}", self._fault_class)
         return True
 
-    def _end(self, request_id: str, why: str) -> bool:
-        self._end_request(request_id, f"grammar {self._label}: {why}")
+    def _end(self, request_id: str, why: str, failure: FailureClass) -> bool:
+        self._end_request(request_id, f"grammar {self._label}: {why}", failure)
         return False
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
@@ -137,6 +148,8 @@ class GuardedMatcher:
 
     def _record_fault(self, step: str, exc: Exception) -> None:
         self._fault = f"{step} raised {type(exc).__name__}: {exc}"
+        if isinstance(exc, InvalidGrammarError):
+            self._fault_class = FailureClass.INVALID
         self._report_fault(self._label, self._fault)
 
     def batch_matcher(self) -> TokenMatcher | None:

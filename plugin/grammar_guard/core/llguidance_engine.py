@@ -119,6 +119,13 @@ class LLGuidanceMatcher:
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         llguidance_torch.fill_next_token_bitmask(self._matcher, bitmask, row)
+        if self._matcher.is_error():
+            # Past one of llguidance's limits (its lexer's size, say), it allows
+            # only the stop token, which it then refuses: a dead end the
+            # grammar's size caused, so the request ends with the reason.
+            raise InvalidGrammarError(
+                f"the grammar grew past llguidance's limits while decoding: {_summary(self.error)}"
+            )
         if self._ends != self._eos_ids:
             self._fix_stop_bits(_words(bitmask), row)
 
@@ -170,6 +177,15 @@ class LLGuidanceMatcher:
             words = _words(bitmask)
             for matcher, row in fixed:
                 matcher._fix_stop_bits(words, row)
+
+
+# llguidance's error text is one line of cause, then a dump of the matcher's
+# state and the whole grammar: the client gets the cause.
+_ERROR_SUMMARY_CHARS = 200
+
+
+def _summary(error: str) -> str:
+    return error.split("\n", 1)[0][:_ERROR_SUMMARY_CHARS]
 
 
 def _words(bitmask: torch.Tensor) -> np.ndarray:

@@ -207,11 +207,11 @@ class GrammarGuardBackend(StructuredOutputBackend):
         self.service.close("the grammar-guard backend was shut down")
 
 
-def _end_request(request_id: str, reason: str) -> None:
+def _end_request(request_id: str, reason: str, failure: FailureClass) -> None:
     # The guard's accept_tokens then returns False, which makes vLLM end the
     # request; the reason reaches its client through FAILURES.
     logger.error("Ending request %s: %s", request_id, reason)
-    FAILURES.record(request_id, FailureClass.INTERNAL, reason)
+    FAILURES.record(request_id, failure, reason)
 
 
 def _log_fault(label: str, fault: str) -> None:
