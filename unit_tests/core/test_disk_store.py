@@ -2,25 +2,37 @@
 
 Real files in a temporary folder, the small real tokenizer, and for sharing,
 real processes started with ``spawn``. Orders of use are set with explicit
-modification times, never by waiting.
+modification times, never by waiting. Hostile files (links, FIFOs, oversized
+entries, decompression bombs) are planted by hand; memory is measured with
+``tracemalloc``, a FIFO read in a thread whose wait has a timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
+import logging
+import lzma
 import multiprocessing
 import os
 import time
-from collections.abc import Callable
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import xgrammar as xgr
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
+from unit_tests.core.test_private_folder import UNSAFE_FOLDERS, Loosen, finishes
 
-from grammar_guard.core.disk_store import MAGIC, DiskStore, stored_files
+from grammar_guard.core.compile_service import CompileService
+from grammar_guard.core.disk_store import MAGIC, DiskStore, key_text, read_header, stored_files
 from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
 from grammar_guard.core.metrics import CacheMetrics, Counter
+from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarRecipe
 
@@ -130,6 +142,15 @@ def _another_fingerprint(path: Path, _other: Path) -> None:
     path.write_bytes(MAGIC + header + data[header_end:])
 
 
+def _header_names_another_key(path: Path, other: Path) -> None:
+    """A forgery: the file's own grammar and checksum, under a header naming another key."""
+    data = path.read_bytes()
+    header_end = data.index(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC) : header_end])
+    header["key"] = (read_header(other) or {})["key"]
+    path.write_bytes(MAGIC + json.dumps(header).encode() + data[header_end:])
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -139,6 +160,7 @@ def _another_fingerprint(path: Path, _other: Path) -> None:
         _header_only,
         _another_grammar,
         _another_fingerprint,
+        _header_names_another_key,
     ],
 )
 def test_an_unusable_file_is_ignored_counted_removed_and_replaced(
@@ -252,6 +274,152 @@ def test_a_folder_that_cannot_be_written_is_an_error_not_a_crash(
     assert not store.save(spec, small.engine.compile(spec), None)
     assert store.load(spec) is None
     assert _count(store, Counter.DISK_ERRORS) == 2  # the write, then the read
+
+
+# --- a folder others can write, and hostile files in it --------------------------------
+
+
+@pytest.mark.parametrize(
+    "loosen", [loosen for loosen, _ in UNSAFE_FOLDERS.values()], ids=UNSAFE_FOLDERS.keys()
+)
+def test_a_folder_others_can_write_is_refused_once_and_serving_goes_on_without_it(
+    small: SmallTokenizer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    loosen: Loosen,
+) -> None:
+    wanted, permissive = _schema_spec(small), small.spec(RequestKind.REGEX, "[a-z{}:]+")
+    shared = tmp_path / "shared"
+    # What whoever could write the folder can do: a file for the wanted key
+    # whose header is right in every field and whose grammar is another one.
+    forger = _store(shared, small.engine)
+    assert forger.save(wanted, small.engine.compile(permissive), None)
+    forged = forger.path_for(wanted).read_bytes()
+    folder = loosen(shared, monkeypatch)
+
+    service = CompileService(small.engine, Settings(compile_workers=1, cache_dir=folder))
+    try:
+        with caplog.at_level(logging.WARNING):
+            grammar = service.admit(wanted).future.result(timeout=HANG_GUARD_S)
+            assert service.drain(HANG_GUARD_S)
+            assert service.admit(small.spec(RequestKind.REGEX, "[0-9]+")).future.result(
+                timeout=HANG_GUARD_S
+            )
+            assert service.drain(HANG_GUARD_S)
+    finally:
+        service.close("test over")
+
+    assert _matches(small.engine, grammar, '{"name":"abcd"}')  # the wanted key's own grammar
+    assert not _matches(small.engine, grammar, "{abc}")  # not the planted one's
+    counters = service.metrics.snapshot().counters
+    assert counters[Counter.DISK_HITS] == counters[Counter.DISK_WRITES] == 0
+    assert [path.name for path in shared.iterdir()] == [forger.path_for(wanted).name]
+    assert forger.path_for(wanted).read_bytes() == forged  # neither loaded nor rewritten
+    refusals = [record for record in caplog.records if str(folder) in record.getMessage()]
+    assert len(refusals) == 1 and "persistent cache" in refusals[0].getMessage()
+
+
+def test_a_link_planted_as_an_entry_is_not_followed(small: SmallTokenizer, tmp_path: Path) -> None:
+    spec = _schema_spec(small)
+    target = _saved(small, tmp_path / "elsewhere", spec).path_for(spec)  # a valid entry
+    original = target.read_bytes()
+    store = _store(tmp_path / "cache", small.engine)
+    (tmp_path / "cache").mkdir(mode=0o700)
+    store.path_for(spec).symlink_to(target)
+
+    assert store.load(spec) is None
+    assert _count(store, Counter.DISK_ERRORS) == 1 and _count(store, Counter.DISK_HITS) == 0
+    assert store.save(spec, small.engine.compile(spec), None)  # replaces the link itself
+    assert target.read_bytes() == original
+    assert not store.path_for(spec).is_symlink() and store.load(spec) is not None
+
+
+def test_a_fifo_planted_as_an_entry_blocks_neither_a_load_nor_a_listing(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    spec = _schema_spec(small)
+    store = _store(tmp_path, small.engine)
+    os.mkfifo(store.path_for(spec))
+
+    assert finishes(lambda: store.load(spec)) is None
+    assert _count(store, Counter.DISK_ERRORS) == 1
+    assert [item.header for item in finishes(lambda: stored_files(tmp_path))] == [None]
+
+
+@contextlib.contextmanager
+def _peak_memory() -> Iterator[list[int]]:
+    """The peak of Python's allocations inside the block, in bytes (in the list, once it ends)."""
+    peak: list[int] = []
+    tracemalloc.start()
+    try:
+        yield peak
+        peak.append(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
+SMALL_BOUND = 4 << 20
+
+
+def test_an_entry_over_the_folder_s_bound_is_refused_without_being_read(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    spec = _schema_spec(small)
+    store = _store(tmp_path, small.engine, max_bytes=SMALL_BOUND)
+    with store.path_for(spec).open("wb") as file:
+        file.write(MAGIC)
+        file.truncate(16 * SMALL_BOUND)  # sparse: a cache file in every byte it is asked for
+    with _peak_memory() as peak:
+        assert store.load(spec) is None
+    assert peak[0] < SMALL_BOUND
+    assert _count(store, Counter.DISK_ERRORS) == 1
+
+
+BOMB_BYTES = 128 << 20
+# Each bomb's codec: a few kB that decompress to BOMB_BYTES of zeros, or a few
+# bytes whose header makes the decoder allocate a 1 GiB dictionary.
+BOMB_CODECS = {"zlib": "zlib-6", "lzma": "lzma-0", "lzma dictionary": "lzma-0"}
+
+
+@functools.cache
+def _bomb(kind: str) -> bytes:
+    if kind == "lzma dictionary":
+        filters = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 30}]
+        return lzma.compress(b"x", format=lzma.FORMAT_XZ, filters=filters)
+    compressor = zlib.compressobj(9) if kind == "zlib" else lzma.LZMACompressor(preset=0)
+    chunk = bytes(1 << 20)  # compressed a MiB at a time: the test never holds the bomb's output
+    pieces = [compressor.compress(chunk) for _ in range(BOMB_BYTES // len(chunk))]
+    return b"".join([*pieces, compressor.flush()])
+
+
+@pytest.mark.parametrize("kind", BOMB_CODECS)
+@pytest.mark.parametrize(
+    "claimed",
+    [{}, {"raw_length": 1000}, {"raw_length": BOMB_BYTES}],
+    ids=["no size", "a size that lies", "a size over the bound"],
+)
+def test_a_decompression_bomb_is_refused_before_memory_grows_past_the_bound(
+    small: SmallTokenizer, tmp_path: Path, kind: str, claimed: dict[str, int]
+) -> None:
+    spec = _schema_spec(small)
+    store = _store(tmp_path, small.engine, max_bytes=SMALL_BOUND)
+    payload = _bomb(kind)
+    header = {
+        "codec": BOMB_CODECS[kind],
+        "crc32": zlib.crc32(payload),
+        "fingerprint": small.engine.fingerprint,
+        "key": key_text(spec),
+        "length": len(payload),
+        "memory_bytes": 1,
+        **claimed,
+    }
+    store.path_for(spec).write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+    with _peak_memory() as peak:
+        assert store.load(spec) is None
+    # The output stops at the bound (held twice while it is joined), plus the decoder's own.
+    assert peak[0] < 3 * SMALL_BOUND
+    assert _count(store, Counter.DISK_ERRORS) == 1
 
 
 # --- several processes on one folder --------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.core import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
+from unit_tests.core.test_private_folder import UNSAFE_FOLDERS, Loosen, finishes
 
 import grammar_guard
 from grammar_guard.core.metrics import (
@@ -53,6 +55,10 @@ def _busy_metrics() -> CacheMetrics:
     metrics.observe_compile(0.3)
     metrics.observe_compile(700.0)  # beyond the last bound: the +Inf bucket
     return metrics
+
+
+def _snapshot_text() -> str:
+    return json.dumps(_busy_metrics().snapshot().to_json())
 
 
 def _scrape() -> dict[str, float]:
@@ -131,12 +137,10 @@ def test_child_engine_snapshots_are_added_and_dead_ones_ignored(metrics_dir: Pat
     children = metrics_dir / str(os.getpid())
     children.mkdir()
     live_child = os.getppid()  # any live process stands in for an engine process
-    (children / f"{live_child}.json").write_text(json.dumps(_busy_metrics().snapshot().to_json()))
+    (children / f"{live_child}.json").write_text(_snapshot_text())
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
                            capture_output=True, text=True)  # fmt: skip
-    (children / f"{ended.stdout.strip()}.json").write_text(
-        json.dumps(_busy_metrics().snapshot().to_json())
-    )
+    (children / f"{ended.stdout.strip()}.json").write_text(_snapshot_text())
     (children / "garbage.json").write_text("{")
     total = grammar_guard.metrics_snapshot()
     assert total["grammar_guard_cache_hits_total"] == baseline["grammar_guard_cache_hits_total"] + 3
@@ -150,6 +154,92 @@ def test_publisher_writes_for_its_parent_and_cleans_up(metrics_dir: Path) -> Non
     assert MetricsSnapshot.from_json(json.loads(written.read_text())).counters[Counter.HITS] == 3
     publisher.stop()
     assert not written.exists()
+
+
+# --- a folder others can write, and hostile files in it --------------------------------
+
+HITS = "grammar_guard_cache_hits_total"
+
+
+def _plant_child(base: Path) -> Path:
+    """Where this process reads a live engine process's snapshot under ``base`` (no file yet).
+
+    Any live process stands in for the engine process: this one's parent.
+    """
+    children = base / str(os.getpid())
+    children.mkdir(exist_ok=True)
+    return children / f"{os.getppid()}.json"
+
+
+@pytest.mark.parametrize(
+    "loosen", [loosen for loosen, _ in UNSAFE_FOLDERS.values()], ids=UNSAFE_FOLDERS.keys()
+)
+def test_a_metrics_folder_others_can_write_is_refused_once_and_own_metrics_still_served(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    loosen: Loosen,
+) -> None:
+    baseline = grammar_guard.metrics_snapshot()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o700)
+    _plant_child(shared).write_text(_snapshot_text())  # injected by whoever could write it
+    folder = loosen(shared, monkeypatch)
+    monkeypatch.setenv(metrics_export.METRICS_DIR_ENV, str(folder))
+    local = _busy_metrics()
+    metrics_export.add_local_source(local)
+    try:
+        with caplog.at_level(logging.WARNING):
+            scrapes = [grammar_guard.metrics_snapshot() for _ in range(2)]
+            published = metrics_export.SnapshotPublisher(_busy_metrics())._write()
+    finally:
+        metrics_export.remove_local_source(local)
+
+    assert [scrape[HITS] for scrape in scrapes] == [baseline[HITS] + 3] * 2  # local only
+    assert published is False
+    assert not (shared / str(os.getppid())).exists()  # the publisher wrote nothing there
+    refusals = [record for record in caplog.records if str(folder) in record.getMessage()]
+    assert len(refusals) == 1 and "metrics" in refusals[0].getMessage()
+
+
+def test_a_link_planted_as_a_child_s_metric_file_is_not_followed(metrics_dir: Path) -> None:
+    baseline = grammar_guard.metrics_snapshot()
+    elsewhere = metrics_dir / "elsewhere.json"
+    elsewhere.write_text(_snapshot_text())
+    _plant_child(metrics_dir).symlink_to(elsewhere)
+    assert grammar_guard.metrics_snapshot()[HITS] == baseline[HITS]
+
+
+def test_links_planted_where_a_publisher_writes_do_not_redirect_the_write(
+    metrics_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    victim = tmp_path_factory.mktemp("home") / "notes.txt"
+    victim.write_text("the user's own file")
+    ours = metrics_dir / str(os.getppid())
+    ours.mkdir()
+    written = ours / f"{os.getpid()}.json"
+    # The published file, and the temporary name it was once written under.
+    for name in (written.name, f"{os.getpid()}.tmp"):
+        (ours / name).symlink_to(victim)
+    published = metrics_export.SnapshotPublisher(_busy_metrics())._write()
+    assert victim.read_text() == "the user's own file"
+    assert published and not written.is_symlink()
+    assert MetricsSnapshot.from_json(json.loads(written.read_text())).counters[Counter.HITS] == 3
+
+
+def test_a_fifo_planted_as_a_child_s_metric_file_does_not_block_a_scrape(
+    metrics_dir: Path,
+) -> None:
+    baseline = grammar_guard.metrics_snapshot()
+    os.mkfifo(_plant_child(metrics_dir))
+    assert finishes(grammar_guard.metrics_snapshot)[HITS] == baseline[HITS]
+
+
+def test_a_metric_file_over_the_size_cap_is_skipped(metrics_dir: Path) -> None:
+    baseline = grammar_guard.metrics_snapshot()
+    padding = " " * metrics_export.MAX_SNAPSHOT_BYTES  # still valid JSON, but no snapshot is so big
+    _plant_child(metrics_dir).write_text(_snapshot_text() + padding)
+    assert grammar_guard.metrics_snapshot()[HITS] == baseline[HITS]
 
 
 # --- labelled counters ---------------------------------------------------------------------

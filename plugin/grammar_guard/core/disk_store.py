@@ -7,6 +7,14 @@ fingerprint and the key in its header and checksums its payload; a file that
 fails any check is ignored, counted as an error and removed, and the compile
 that follows writes a good one in its place. A load never raises.
 
+Those checks catch damage, not forgery: whoever can write the folder can
+write any header. So the folder is used only while it is private (see
+``private_folder``: created 0700, or owned by this user and writable by no
+one else, not a symbolic link); one that is not is refused with one log line
+and the cache runs in memory only. Even in a private folder a file is read
+as if hostile: not through a symbolic link, not from a FIFO, not past the
+folder's byte bound, and not decompressed past the size its header gives.
+
 Writes go to a temporary file in the same folder, are flushed to disk and
 then renamed over the final name, so a reader in another process sees the
 old file or the new one, never half of one. The folder is kept under a byte
@@ -15,28 +23,36 @@ budget by removing the least recently used files (a load touches its file).
 File layout::
 
     grammar-guard compiled grammar v1\\n
-    {"codec": ..., "crc32": ..., "fingerprint": ..., "key": ..., ...}\\n
-    payload: the codec applied to GrammarEngine.serialize(compiled)
+    {"codec": ..., "crc32": ..., "fingerprint": ..., "key": ..., "raw_length": ..., ...}\\n
+    payload: the codec applied to GrammarEngine.serialize(compiled), raw_length bytes
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import lzma
 import os
-import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grammar_guard.core.metrics import CacheMetrics, Counter
+from grammar_guard.core.private_folder import (
+    TEMP_PREFIX,
+    TEMP_SUFFIX,
+    claim_private_folder,
+    open_regular_file,
+    read_regular_file,
+    write_file_atomically,
+)
 
 if TYPE_CHECKING:
     from grammar_guard.core.engine import CompiledGrammar, GrammarEngine
@@ -46,28 +62,51 @@ logger = logging.getLogger(__name__)
 
 MAGIC = b"grammar-guard compiled grammar v1\n"
 SUFFIX = ".grammar"
-_TEMP_PREFIX = ".tmp-"
-_TEMP_SUFFIX = ".partial"
 # A temporary file this old belongs to a writer that died mid-write.
 STALE_TEMP_S = 3600.0
 # Headers hold the key, and keys are at most 1 MiB of grammar text (input_limits).
 _MAX_HEADER_BYTES = 8 << 20
+_PURPOSE = "the persistent cache (compiled grammars stay in memory only)"
+
+
+class Decompressor(Protocol):
+    """A streaming decompressor: zlib's and lzma's have this shape."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+
+class _Stored:
+    """The raw codec's decompressor: the payload is the data."""
+
+    eof = True
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes:
+        return data[:max_length]
+
+
+# liblzma allocates the dictionary a stream's header asks for, up to 1.5 GiB for
+# a file of a few bytes. Decoding preset 6, the largest written here, needs 9 MiB.
+_LZMA_MEMLIMIT = 32 << 20
+_lzma_decompressor = functools.partial(lzma.LZMADecompressor, memlimit=_LZMA_MEMLIMIT)
 
 
 @dataclass(frozen=True)
 class Codec:
     compress: Callable[[bytes], bytes]
-    decompress: Callable[[bytes], bytes]
+    decompressor: Callable[[], Decompressor]
 
 
 # Every codec stays readable whichever one writes; see docs/persistent-cache.md
 # for the measurements behind the default.
 CODECS: dict[str, Codec] = {
-    "raw": Codec(bytes, bytes),
-    "zlib-1": Codec(lambda data: zlib.compress(data, 1), zlib.decompress),
-    "zlib-6": Codec(lambda data: zlib.compress(data, 6), zlib.decompress),
-    "lzma-0": Codec(lambda data: lzma.compress(data, preset=0), lzma.decompress),
-    "lzma-6": Codec(lambda data: lzma.compress(data, preset=6), lzma.decompress),
+    "raw": Codec(bytes, _Stored),
+    "zlib-1": Codec(lambda data: zlib.compress(data, 1), zlib.decompressobj),
+    "zlib-6": Codec(lambda data: zlib.compress(data, 6), zlib.decompressobj),
+    "lzma-0": Codec(lambda data: lzma.compress(data, preset=0), _lzma_decompressor),
+    "lzma-6": Codec(lambda data: lzma.compress(data, preset=6), _lzma_decompressor),
 }
 DEFAULT_CODEC = "lzma-0"
 
@@ -97,7 +136,11 @@ class StoredFile:
 
 
 class DiskStore:
-    """Loads and saves one engine's compiled grammars in ``folder``."""
+    """Loads and saves one engine's compiled grammars in ``folder``.
+
+    ``max_bytes`` bounds the folder, and so each file in it and each grammar's
+    decompressed form: a grammar over it is neither stored nor loaded.
+    """
 
     def __init__(
         self,
@@ -124,9 +167,9 @@ class DiskStore:
         """The stored grammar of ``spec``, or None (missing or unusable); never raises."""
         path = self.path_for(spec)
         try:
-            with path.open("rb") as file:
-                data = file.read()
-                identity = os.fstat(file.fileno())
+            if not claim_private_folder(self.folder, _PURPOSE):
+                return None
+            data, identity = read_regular_file(path, self._max_bytes)
         except FileNotFoundError:
             self._metrics.count(Counter.DISK_MISSES)
             return None
@@ -148,20 +191,24 @@ class DiskStore:
         """Store ``compiled`` (``serialized`` is its serialised form, if known); never raises.
 
         Returns whether a file was written: a grammar larger than the whole
-        budget is not.
+        budget (stored or decompressed) is not, nor one for a refused folder.
         """
         path = self.path_for(spec)
         try:
-            data = self._encode(spec, compiled, serialized)
-            if len(data) > self._max_bytes:
+            if not claim_private_folder(self.folder, _PURPOSE):
+                return False
+            raw = self._engine.serialize(compiled) if serialized is None else serialized
+            data = self._encode(spec, compiled, raw)
+            largest = max(len(raw), len(data))
+            if largest > self._max_bytes:
                 logger.info(
                     "grammar-guard: not storing %s: %d bytes exceed the cache folder's %d",
                     spec.describe(),
-                    len(data),
+                    largest,
                     self._max_bytes,
                 )
                 return False
-            _write_atomically(path, data)
+            write_file_atomically(path, data, durable=True)
         except Exception as exc:  # a full disk or a read-only folder must not hurt serving
             self._error(f"cannot store {spec.describe()} in {self.folder}: {exc}")
             return False
@@ -182,10 +229,7 @@ class DiskStore:
             total -= item.size
         _remove_stale_temps(self.folder)
 
-    def _encode(
-        self, spec: GrammarSpec, compiled: CompiledGrammar, serialized: bytes | None
-    ) -> bytes:
-        raw = self._engine.serialize(compiled) if serialized is None else serialized
+    def _encode(self, spec: GrammarSpec, compiled: CompiledGrammar, raw: bytes) -> bytes:
         payload = CODECS[self._codec].compress(raw)
         header = {
             "codec": self._codec,
@@ -194,6 +238,7 @@ class DiskStore:
             "key": key_text(spec),
             "length": len(payload),
             "memory_bytes": compiled.memory_bytes,
+            "raw_length": len(raw),
         }
         return MAGIC + json.dumps(header, ensure_ascii=False).encode() + b"\n" + payload
 
@@ -208,11 +253,27 @@ class DiskStore:
         codec = CODECS.get(header.get("codec", ""))
         if codec is None:
             raise _Unusable(f"unknown codec {header.get('codec')!r}")
-        return self._engine.deserialize(codec.decompress(payload))
+        # Files written before raw_length was recorded may be as large as the bound.
+        raw_length = header.get("raw_length", self._max_bytes)
+        # Checked before use: a max_length of 0 (zlib) or -1 (lzma) means no limit at all.
+        if not isinstance(raw_length, int) or not 0 <= raw_length <= self._max_bytes:
+            raise _Unusable(f"raw_length {raw_length!r} is not within 0..{self._max_bytes}")
+        return self._engine.deserialize(_decompress(codec, payload, raw_length))
 
     def _error(self, message: str) -> None:
         self._metrics.count(Counter.DISK_ERRORS)
         logger.warning("grammar-guard cache folder: %s", message)
+
+
+def _decompress(codec: Codec, payload: bytes, max_bytes: int) -> bytes:
+    """``payload`` decompressed; refused once it passes ``max_bytes``, before it grows further."""
+    decompressor = codec.decompressor()
+    raw = decompressor.decompress(payload, max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise _Unusable(f"decompresses to more than the {max_bytes} bytes its header allows")
+    if not decompressor.eof:
+        raise _Unusable("compressed payload ends early")
+    return raw
 
 
 def _split(data: bytes) -> tuple[dict[str, Any], bytes]:
@@ -230,7 +291,7 @@ def _split(data: bytes) -> tuple[dict[str, Any], bytes]:
 def read_header(path: Path) -> dict[str, Any] | None:
     """A file's header without reading its payload; None when it is not a cache file."""
     try:
-        with path.open("rb") as file:
+        with open_regular_file(path) as file:
             if file.read(len(MAGIC)) != MAGIC:
                 return None
             line = file.readline(_MAX_HEADER_BYTES)
@@ -257,38 +318,10 @@ def _grammar_files(folder: Path) -> Iterator[StoredFile]:
         if not entry.name.endswith(SUFFIX):
             continue
         try:
-            status = entry.stat()
+            status = entry.stat(follow_symlinks=False)  # a link's own size, never its target's
         except FileNotFoundError:  # removed by another process meanwhile
             continue
         yield StoredFile(Path(entry.path), status.st_size, status.st_mtime, None)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    descriptor, temp_name = tempfile.mkstemp(
-        prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=path.parent
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
-    _sync_folder(path.parent)
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the rename itself durable (a crash right after would otherwise lose it)."""
-    with contextlib.suppress(OSError):  # not every platform or filesystem allows it
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
 
 def _remove_if_same(path: Path, identity: os.stat_result) -> None:
@@ -303,7 +336,7 @@ def _remove_stale_temps(folder: Path) -> None:
     cutoff = time.time() - STALE_TEMP_S
     with contextlib.suppress(OSError):
         for entry in os.scandir(folder):
-            if entry.name.startswith(_TEMP_PREFIX) and entry.name.endswith(_TEMP_SUFFIX):
+            if entry.name.startswith(TEMP_PREFIX) and entry.name.endswith(TEMP_SUFFIX):
                 with contextlib.suppress(OSError):
                     if entry.stat().st_mtime < cutoff:
                         os.unlink(entry.path)

@@ -9,7 +9,10 @@ caches. That is what the Prometheus collector exports and what
 read the same way.
 
 ``GRAMMAR_GUARD_METRICS_DIR`` moves ``<base>`` (default: a folder in the
-system's temporary directory).
+system's temporary directory). Whoever can write ``<base>`` decides what
+``/metrics`` shows and where a publisher's write lands, so ``<base>`` is used
+only while it is private (``core.private_folder``); one that is not is
+refused with one log line, and each process serves its own metrics only.
 """
 
 from __future__ import annotations
@@ -40,12 +43,20 @@ from grammar_guard.core.metrics import (
     LabelledCounter,
     MetricsSnapshot,
 )
+from grammar_guard.core.private_folder import (
+    claim_private_folder,
+    read_regular_file,
+    write_file_atomically,
+)
 
 logger = init_logger(__name__)
 
 METRICS_DIR_ENV = "GRAMMAR_GUARD_METRICS_DIR"
 # Bursts of hits are folded into one write at most this often.
 PUBLISH_INTERVAL_S = 0.2
+# A snapshot is a few kB (its labels come from bounded sets); a far larger file is none.
+MAX_SNAPSHOT_BYTES = 1 << 20
+_PURPOSE = "metrics shared between processes (/metrics shows the serving process's own only)"
 
 _HELP = {
     Counter.HITS: "Requests answered without starting a compile (finished or in-flight entry).",
@@ -95,15 +106,20 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _children_snapshots() -> Iterator[MetricsSnapshot]:
-    folder = _base_dir() / str(os.getpid())
-    if not folder.is_dir():
+    base = _base_dir()
+    try:
+        if not claim_private_folder(base, _PURPOSE):
+            return
+    except OSError:  # it cannot be created, so no engine process has published there
         return
-    for path in folder.glob("*.json"):
+    for path in (base / str(os.getpid())).glob("*.json"):
         if not path.stem.isdigit() or not _pid_alive(int(path.stem)):
             continue
-        # A file being replaced or a writer of another version: skip it this time.
+        # A file being replaced, a writer of another version, or no regular
+        # file of a sane size: skip it this time.
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            yield MetricsSnapshot.from_json(json.loads(path.read_text()))
+            data, _ = read_regular_file(path, MAX_SNAPSHOT_BYTES)
+            yield MetricsSnapshot.from_json(json.loads(data))
 
 
 def add_local_source(metrics: CacheMetrics) -> None:
@@ -136,7 +152,8 @@ class SnapshotPublisher:
         self._metrics = metrics
         self._changed = threading.Event()
         self._stopped = False
-        self._path = _base_dir() / str(os.getppid()) / f"{os.getpid()}.json"
+        self._base = _base_dir()
+        self._path = self._base / str(os.getppid()) / f"{os.getpid()}.json"
         self._thread = threading.Thread(
             target=self._loop, name="grammar-guard-metrics", daemon=True
         )
@@ -162,17 +179,22 @@ class SnapshotPublisher:
                 return
             self._changed.clear()
             try:
-                self._write()
+                published = self._write()
             except OSError as exc:  # metrics must never hurt serving
                 logger.warning("grammar-guard stopped publishing metrics: %s", exc)
                 return
+            if not published:  # the folder was refused, and that was logged
+                return
             time.sleep(PUBLISH_INTERVAL_S)
 
-    def _write(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self._path.with_suffix(".tmp")
-        partial.write_text(json.dumps(self._metrics.snapshot().to_json()))
-        partial.replace(self._path)  # atomic: a reader never sees half a file
+    def _write(self) -> bool:
+        """Publish the current snapshot; False when the metrics folder is refused."""
+        if not claim_private_folder(self._base, _PURPOSE):
+            return False
+        self._path.parent.mkdir(exist_ok=True)
+        snapshot = json.dumps(self._metrics.snapshot().to_json()).encode()
+        write_file_atomically(self._path, snapshot, durable=False)  # metrics need no fsync
+        return True
 
 
 class _Collector:
