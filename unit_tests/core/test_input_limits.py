@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.input_limits import MAX_GRAMMAR_CHARS, MAX_JSON_DEPTH
+from grammar_guard.core.input_limits import (
+    EXCERPT_CHARS,
+    MAX_GRAMMAR_CHARS,
+    MAX_JSON_DEPTH,
+    quoted_excerpt,
+    scan_json_depth,
+)
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 
 OPTIONS = CompileOptions()
@@ -250,3 +260,102 @@ def test_depth_counts_after_a_string_ends() -> None:
 )
 def test_object_keys_that_are_not_strings_are_refused(key: str, document: Any) -> None:
     assert f"object key of type {key}" in refusal(RequestKind.JSON_SCHEMA, document)
+
+
+# --- the depth scan reads each character at most twice ------------------------------
+
+# What the scan replaced: remove every string literal, then follow the brackets.
+# Right, but quadratic on an unclosed string of escaped quotes; here it only
+# ever sees short texts.
+_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def reference_depth(text: str) -> int:
+    depth = deepest = 0
+    for char in _LITERAL.sub("", text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+# Every character the scan treats apart, and a few it does not.
+JSONISH = st.text(alphabet='"\\[]{}a:, \n', max_size=40)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='"\\[]{}a\n\x01'),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(alphabet='"\\[]{}a'), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(JSONISH)
+def test_the_scan_agrees_with_removing_literals_on_any_text(text: str) -> None:
+    assert scan_json_depth(text).deepest == reference_depth(text)
+
+
+@given(JSON_VALUES, st.data())
+def test_the_scan_agrees_with_removing_literals_on_json_and_its_prefixes(
+    value: Any, data: st.DataObject
+) -> None:
+    text = json.dumps(value)
+    cut = data.draw(st.integers(0, len(text)))  # a prefix leaves a literal unclosed
+    for sample in (text, text[:cut], text[cut:]):
+        assert scan_json_depth(sample).deepest == reference_depth(sample)
+
+
+# Texts that made the literal pattern start over at every quote, or that
+# stress where the scan stops, of about ``2 * n`` characters.
+HOSTILE: dict[str, Callable[[int], str]] = {
+    "unclosed escaped quotes": lambda n: '"' + '\\"' * n,
+    "unclosed backslashes": lambda n: '"' + "\\" * (2 * n),
+    "lone backslash at the end": lambda n: '"' + "\\" * (2 * n - 1),
+    "brackets after an unclosed quote": lambda n: '["' + "[\\" * n,
+    "escaped quotes and brackets": lambda n: '"' + '\\"[' * n,
+    "empty literals": lambda n: '""' * n,
+    "nested quotes in arrays": lambda n: '["' * n,
+    "closed after everything": lambda n: '"' + '\\"' * n + '"[]',
+}
+
+
+@pytest.mark.parametrize("shape", HOSTILE)
+def test_a_hostile_text_of_the_size_limit_is_read_at_most_twice(shape: str) -> None:
+    text = HOSTILE[shape](MAX_GRAMMAR_CHARS // 2)  # 1 MiB, give or take a few characters
+    assert scan_json_depth(text).steps <= 2 * len(text)
+
+
+@pytest.mark.parametrize("shape", HOSTILE)
+def test_the_work_doubles_with_the_text_and_the_depth_matches_the_reference(shape: str) -> None:
+    steps = [scan_json_depth(HOSTILE[shape](n)).steps for n in (1024, 2048, 4096)]
+    assert steps[1] <= 2 * steps[0] + 4 and steps[2] <= 2 * steps[1] + 4
+    small = HOSTILE[shape](64)
+    assert scan_json_depth(small).deepest == reference_depth(small)
+
+
+def test_the_unclosed_string_of_escaped_quotes_is_refused_as_json_not_waited_on() -> None:
+    # Through the whole check: within the size limit, so the scan and the parser see it.
+    source = '"' + '\\"' * ((MAX_GRAMMAR_CHARS - 1) // 2)
+    assert "not valid JSON" in refusal(RequestKind.JSON_SCHEMA, source)
+
+
+# --- quoting text in messages -----------------------------------------------------------
+
+
+def test_a_short_text_is_quoted_whole() -> None:
+    assert quoted_excerpt("format: email") == "'format: email'"
+
+
+def test_line_breaks_and_escapes_are_quoted_not_written() -> None:
+    quoted = quoted_excerpt("a\nINFO forged\r\x1b[2J\u2028b")
+    assert quoted.isprintable() and "\n" not in quoted
+    assert quoted == r"'a\nINFO forged\r\x1b[2J\u2028b'"
+
+
+def test_a_long_text_is_cut_and_says_how_long_it_was() -> None:
+    quoted = quoted_excerpt("\n" * 10_000)
+    assert quoted.endswith("... (10000 characters)")
+    assert len(quoted) < 3 * EXCERPT_CHARS

@@ -13,6 +13,13 @@ from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 import grammar_guard
+from grammar_guard.core import input_limits
+from grammar_guard.core.input_limits import (
+    EXCERPT_CHARS,
+    MAX_GRAMMAR_CHARS,
+    DepthScan,
+    scan_json_depth,
+)
 from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter import frontend
 
@@ -206,12 +213,26 @@ def test_warn_mode_accepts_logs_each_keyword_and_counts_it_once_per_request(
         assert params.structured_outputs._backend == "grammar-guard"
     assert len(recorder.warnings) == 6  # three keywords, two requests
     assert any(
-        "'format: email' at /properties/to/format" in line and "not enforced" in line
+        "'format: email' at '/properties/to/format'" in line and "not enforced" in line
         for line in recorder.warnings
     )
     after = frontend._metrics.snapshot().as_dict()
     assert after[UNENFORCED_FORMAT] - before.get(UNENFORCED_FORMAT, 0) == 2  # not 4
     assert after[UNENFORCED_NOT] - before.get(UNENFORCED_NOT, 0) == 2
+
+
+def test_warn_mode_logs_the_client_s_text_escaped_and_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAMMAR_GUARD_UNENFORCED", "warn")
+    recorder = _Recorder()
+    monkeypatch.setattr(frontend, "logger", recorder)
+    forged = "x\r\nERROR grammar-guard: forged line\u2028" + "y" * 10_000
+    nonzero = {"type": "integer", "not": {"const": 0}}
+    _validate(GUARD, json={"type": "object", "properties": {forged: nonzero}})
+    [line] = recorder.warnings
+    assert line.isprintable()  # no line break, carriage return or escape of the client's
+    assert "'/properties/x\\r\\nERROR grammar-guard: forged line\\u2028yyy" in line
+    pointer = f"/properties/{forged}/not"
+    assert f"({len(pointer)} characters)" in line and len(line) < 4 * EXCERPT_CHARS
 
 
 def test_an_enforced_schema_logs_and_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,3 +273,47 @@ def test_a_refusal_starts_with_vllm_s_phrase_and_gives_the_reason_after_it(
     message = str(refused.value)
     assert message.startswith(phrase), message
     assert reason in message[len(phrase) :], message
+
+
+# --- hostile text is read in linear time ------------------------------------------------
+
+# An unclosed string of escaped quotes, up to the size limit: the string
+# pattern the depth check used to run started over at every quote of it.
+UNCLOSED_QUOTES = '"' + '\\"' * ((MAX_GRAMMAR_CHARS - 1) // 2)
+# The same quotes closed inside a description: a schema to accept.
+QUOTED_DESCRIPTION = (
+    '{"type": "string", "description": "' + '\\"' * ((MAX_GRAMMAR_CHARS - 64) // 2) + '"}'
+)
+
+
+@pytest.fixture
+def depth_scans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, DepthScan]]:
+    """Each text the depth check scans, with what its scan read."""
+    scans: list[tuple[str, DepthScan]] = []
+
+    def recorded(text: str) -> DepthScan:
+        scans.append((text, scan := scan_json_depth(text)))
+        return scan
+
+    monkeypatch.setattr(input_limits, "scan_json_depth", recorded)
+    return scans
+
+
+@pytest.mark.parametrize("field", ["json", "structural_tag"])
+def test_an_unclosed_string_at_the_size_limit_is_refused_after_one_linear_scan(
+    depth_scans: list[tuple[str, DepthScan]], field: str
+) -> None:
+    with pytest.raises(VLLMValidationError, match="is not valid JSON"):
+        _validate(GUARD, **{field: UNCLOSED_QUOTES})
+    [(text, scan)] = depth_scans
+    assert text == UNCLOSED_QUOTES and scan.steps <= 2 * len(text)
+
+
+def test_a_schema_of_escaped_quotes_at_the_size_limit_is_accepted_after_one_linear_scan(
+    depth_scans: list[tuple[str, DepthScan]],
+) -> None:
+    params = _validate(GUARD, json=QUOTED_DESCRIPTION)
+    assert params.structured_outputs is not None
+    assert params.structured_outputs._backend == "grammar-guard"
+    [(text, scan)] = depth_scans
+    assert text == QUOTED_DESCRIPTION and scan.steps <= len(text)

@@ -3,11 +3,15 @@
 xgrammar is C++: a NUL byte, a pathological nesting depth or a multi-megabyte
 document can crash the process or recurse without bound. These checks are
 cheap, pure Python and run in the API process before anything is compiled.
+Each reads the text in one forward pass (no regular expression here can
+backtrack), so a hostile text up to the size limit costs time linear in its
+length, with the GIL held.
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from grammar_guard.core.errors import InvalidGrammarError
 
@@ -18,8 +22,21 @@ MAX_JSON_DEPTH = 64
 # parsers may treat as terminators. Tab, newline and carriage return are kept:
 # grammars and regexes legitimately contain them.
 _FORBIDDEN_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_JSON_BRACKET = re.compile(r"[\[\]{}]")
+# Where the scan of JSON text stops outside string literals: at a quote or a
+# bracket, or once the rest is plain text, at a bracket. Each is one character
+# class, so a search reads forward to the next such character and no further.
+_QUOTE_OR_BRACKET = re.compile(r'["\[\]{}]')
+_BRACKET = re.compile(r"[\[\]{}]")
+# The rest of a string literal after its opening quote: runs of characters
+# other than a quote or a backslash, or a backslash and the character it
+# escapes, then the closing quote. Both quantifiers are possessive and the two
+# branches start with different characters, so a match only reads forward: it
+# never gives a character back to try another way.
+_LITERAL_REST = re.compile(r'(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_OPENING = frozenset("[{")
+# The most characters of a client's or an operator's text a message quotes:
+# enough to recognise it, too few for one value to flood a log.
+EXCERPT_CHARS = 200
 
 
 def check_text(field: str, text: str) -> None:
@@ -40,8 +57,20 @@ def check_json_depth(field: str, text: str) -> None:
 
     The parser itself recurses, so this has to run on the raw text.
     """
-    if _text_depth(text) > MAX_JSON_DEPTH:
+    if scan_json_depth(text).deepest > MAX_JSON_DEPTH:
         raise _too_deep(field)
+
+
+def quoted_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` as a Python string literal, cut after ``limit`` characters.
+
+    For messages and log lines that show text a client or an operator wrote:
+    escaped, it cannot start a log line of its own (a newline, a carriage
+    return, a terminal escape), and cut, it cannot flood one.
+    """
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def check_json_value(field: str, document: object) -> None:
@@ -89,12 +118,72 @@ def _too_deep(field: str) -> InvalidGrammarError:
     return InvalidGrammarError(f"{field} is nested more than {MAX_JSON_DEPTH} levels deep")
 
 
-def _text_depth(text: str) -> int:
-    depth = deepest = 0
-    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
-        if bracket.group() in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
+class DepthScan(NamedTuple):
+    """What :func:`scan_json_depth` found, and how much it read to find it."""
+
+    deepest: int  # the deepest bracket nesting outside string literals
+    steps: int  # characters read; one read by both passes counts twice
+
+
+def scan_json_depth(text: str) -> DepthScan:
+    """How deeply the brackets of JSON text nest, string literals left out, in linear time."""
+    scanner = _DepthScanner(text)
+    scanner.scan()
+    return DepthScan(scanner.deepest, scanner.steps)
+
+
+class _DepthScanner:
+    """One forward pass over JSON text that counts every character it reads.
+
+    A string literal is a quote, characters or backslash escapes, and a
+    closing quote. A quote whose literal never closes is an ordinary
+    character, and so is every quote after it: each of those is escaped inside
+    the unclosed literal, and the literal it would open reads on exactly as
+    that one does, to the end of the text. So at the first unclosed quote the
+    rest of the text is plain, and a second pass counts its brackets: no
+    character is read more than twice.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.steps = 0
+        self.depth = self.deepest = 0
+
+    def scan(self) -> None:
+        position = 0
+        while (stop := self._find(_QUOTE_OR_BRACKET, position)) is not None:
+            if self.text[stop] != '"':
+                self._bracket(stop)
+                position = stop + 1
+            elif (literal_end := self._literal_end(stop + 1)) is not None:
+                position = literal_end
+            else:
+                self._count_brackets(stop + 1)
+                return
+
+    def _literal_end(self, start: int) -> int | None:
+        """Where the literal whose body starts at ``start`` ends (past its quote), if it does."""
+        rest = _LITERAL_REST.match(self.text, start)
+        # A match read up to its end; one that failed read on to the end of
+        # the text at most (to a last backslash with nothing to escape).
+        self.steps += (len(self.text) if rest is None else rest.end()) - start
+        return None if rest is None else rest.end()
+
+    def _count_brackets(self, start: int) -> None:
+        position = start
+        while (stop := self._find(_BRACKET, position)) is not None:
+            self._bracket(stop)
+            position = stop + 1
+
+    def _find(self, stops: re.Pattern[str], start: int) -> int | None:
+        """The index of the first character in ``stops`` (a character class) from ``start`` on."""
+        found = stops.search(self.text, start)
+        self.steps += (len(self.text) if found is None else found.end()) - start
+        return None if found is None else found.start()
+
+    def _bracket(self, index: int) -> None:
+        if self.text[index] in _OPENING:
+            self.depth += 1
+            self.deepest = max(self.deepest, self.depth)
         else:
-            depth -= 1
-    return deepest
+            self.depth -= 1

@@ -31,6 +31,7 @@ from vllm.logger import init_logger
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.input_limits import quoted_excerpt
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
 from grammar_guard.core.routing import route
 from grammar_guard.core.schema.findings import Finding, iter_labels
@@ -131,14 +132,19 @@ def _check_within_deadline(spec: GrammarSpec) -> tuple[Finding, ...]:
 
 
 def _report_unenforced(spec: GrammarSpec, findings: tuple[Finding, ...]) -> None:
-    """Warn mode: log every keyword accepted unenforced and count each keyword once."""
+    """Warn mode: log every keyword accepted unenforced and count each keyword once.
+
+    A finding's label, pointer and reason can hold the client's text (a
+    property name, a format), so each is logged quoted and cut: escaped, a
+    newline in it cannot start a log line of the client's making.
+    """
     for finding in findings:
         logger.warning(
-            "grammar-guard: %s keyword '%s' at %s is accepted but not enforced: %s",
+            "grammar-guard: %s keyword %s at %s is accepted but not enforced: %s",
             spec.kind.value,
-            finding.label,
-            finding.pointer,
-            finding.reason,
+            quoted_excerpt(finding.label),
+            quoted_excerpt(finding.pointer or "/"),
+            quoted_excerpt(finding.reason),
         )
     for keyword in iter_labels(findings):
         _metrics.count_labelled(LabelledCounter.UNENFORCED, keyword)
