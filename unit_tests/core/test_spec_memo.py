@@ -1,10 +1,10 @@
-"""SpecMemo: what was decided of recent specs, bounded by the characters they hold."""
+"""SpecMemo: what was decided of recent specs, bounded by their characters and their count."""
 
 from __future__ import annotations
 
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.spec_memo import SpecMemo
+from grammar_guard.core.spec_memo import DEFAULT_MAX_CHARS, DEFAULT_MAX_ENTRIES, SpecMemo
 
 
 def _spec(pattern: str) -> GrammarSpec:
@@ -42,3 +42,23 @@ def test_a_second_value_replaces_the_first_and_its_text_is_counted_once() -> Non
     memo.remember(_spec("(bbb"), "b")  # 4 + 4 characters: both fit
     assert memo.get(_spec("(aaa")) == "second"
     assert memo.get(_spec("(bbb")) == "b"
+
+
+def test_forgets_least_recently_used_beyond_its_entry_bound() -> None:
+    memo = SpecMemo[str](max_chars=1000, max_entries=2)
+    for pattern in ("a", "b"):
+        memo.remember(_spec(pattern), pattern)
+    assert memo.get(_spec("a")) == "a"  # now the most recently used
+    memo.remember(_spec("c"), "c")
+    assert memo.get(_spec("b")) is None
+    assert memo.get(_spec("a")) == "a" and memo.get(_spec("c")) == "c"
+
+
+def test_many_short_specs_are_bounded_by_count_not_only_by_characters() -> None:
+    memo = SpecMemo[str]()
+    specs = [_spec(f"a{index}") for index in range(DEFAULT_MAX_ENTRIES + 100)]
+    for spec in specs:
+        memo.remember(spec, "kept")
+    assert sum(len(spec.text) for spec in specs) < DEFAULT_MAX_CHARS  # the count is what binds
+    assert sum(memo.get(spec) is not None for spec in specs) == DEFAULT_MAX_ENTRIES
+    assert memo.get(specs[0]) is None and memo.get(specs[-1]) == "kept"

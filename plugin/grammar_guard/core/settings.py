@@ -1,20 +1,27 @@
 """Every plugin setting, read once from ``GRAMMAR_GUARD_*`` environment variables.
 
-A bad value raises :class:`SettingsError` naming the variable, so a server
-refuses to start instead of running with a setting it silently ignored.
+A bad value raises :class:`SettingsError` naming the variable, its value and
+what it may be, so a server refuses to start instead of running with a setting
+it silently ignored. A ``GRAMMAR_GUARD_*`` variable nothing reads (a misspelt
+name, most likely) is logged once per process, with the closest known name.
 """
 
 from __future__ import annotations
 
+import difflib
 import enum
-import math
+import logging
 import os
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from grammar_guard.core.input_limits import quoted_excerpt
 from grammar_guard.core.priority import MAX_NICENESS
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T", int, float)
 
@@ -25,8 +32,19 @@ MIB = 1 << 20
 DEFAULT_COMPILE_NICENESS = MAX_NICENESS
 
 
+# Bounds of the numeric settings, far past any useful value: they keep every
+# value finite and every quantity derived from it usable.
+# A year: each wait built from a number of seconds (the default kill limit is
+# four of them) stays within what threading and sockets take as a timeout.
+MAX_SECONDS = 365 * 24 * 3600
+# 1 EiB: a size in bytes stays an exact integer below 2**63.
+MAX_MIB = 1 << 40
+# The largest C int: no count exceeds what a native or process call takes.
+MAX_COUNT = (1 << 31) - 1
+
+
 class SettingsError(ValueError):
-    pass
+    """A ``GRAMMAR_GUARD_*`` variable holds a value no setting can take."""
 
 
 class CompileIsolation(enum.Enum):
@@ -87,7 +105,121 @@ def _read_choice(environ: Mapping[str, str], variable: str, default: E) -> E:
         return choices(raw.lower())
     except ValueError:
         names = ", ".join(choice.value for choice in choices)
-        raise SettingsError(f"{variable}={raw!r} must be one of {names}") from None
+        raise SettingsError(f"{variable}={quoted_excerpt(raw)} must be one of {names}") from None
+
+
+def _read_number(
+    environ: Mapping[str, str],
+    name: str,
+    parse: Callable[[str], T],
+    default: T,
+    bounds: tuple[T, T],
+) -> T:
+    """A number from ``bounds[0]`` to ``bounds[1]``; ``parse`` is ``int`` or ``float``."""
+    variable = ENV_PREFIX + name
+    raw = environ.get(variable, "").strip()
+    if not raw:
+        return default
+    minimum, maximum = bounds
+    try:
+        value: T | None = parse(raw)
+    except ValueError:  # also an int of more digits than Python converts
+        value = None
+    # One comparison refuses NaN, infinities and overflowing values too:
+    # NaN compares false, and float() turns an overflow into an infinity.
+    if value is None or not minimum <= value <= maximum:
+        kind = "a whole number" if parse is int else "a number"
+        raise SettingsError(
+            f"{variable}={quoted_excerpt(raw)} is not {kind} from {minimum} to {maximum}"
+        )
+    return value
+
+
+def _read_path(environ: Mapping[str, str], name: str, *, folder: bool) -> Path | None:
+    variable = ENV_PREFIX + name
+    raw = environ.get(variable, "").strip()
+    if not raw:
+        return None
+    try:
+        path = Path(raw).expanduser()
+        # A folder may not exist yet (it is created on first write); a file
+        # must, so that a typo stops start-up instead of warming nothing.
+        if folder:
+            usable, wanted = not path.exists() or path.is_dir(), "a folder"
+        else:
+            usable, wanted = path.is_file() and os.access(path, os.R_OK), "a readable file"
+    except (OSError, RuntimeError, ValueError) as exc:  # a name too long, a NUL, an unknown ~user
+        # An OSError's text repeats the whole path; its errno's text does not.
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SettingsError(
+            f"{variable}={quoted_excerpt(raw)} is not a usable path: {reason}"
+        ) from None
+    if not usable:
+        raise SettingsError(f"{variable}={quoted_excerpt(raw)} is not {wanted}")
+    return path
+
+
+# Read outside :meth:`Settings.from_env`: the metrics folder by the vLLM
+# adapter, the tiny model's folder by the demo, a switch by the integration tests.
+_READ_ELSEWHERE = ("METRICS_DIR", "TINY_MODEL_DIR", "CHECK_EVERY_UPGRADE")
+KNOWN_VARIABLES = frozenset(
+    ENV_PREFIX + name
+    for name in (
+        "COMPILE_TIMEOUT_S",
+        "MAX_RETRIES",
+        "TIMEOUT_TTL_S",
+        "CACHE_MB",
+        "CACHE_ENTRIES",
+        "COMPILE_WORKERS",
+        "COMPILE_ISOLATION",
+        "COMPILE_KILL_AFTER_S",
+        "COMPILE_NICENESS",
+        "CACHE_DIR",
+        "CACHE_DIR_MB",
+        "WARMUP",
+        "UNENFORCED",
+        "ENGINE",
+        "UPGRADE_AFTER",
+        *_READ_ELSEWHERE,
+    )
+)
+
+
+class _UnknownVariableWarning:
+    """Logs the ``GRAMMAR_GUARD_*`` variables nothing reads, once per process.
+
+    Settings are read more than once per process (each engine config the
+    API process validates, the backend), and one warning says it all.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._given = False
+
+    def check(self, names: Iterable[str]) -> None:
+        unknown = sorted(
+            name for name in names if name.startswith(ENV_PREFIX) and name not in KNOWN_VARIABLES
+        )
+        if not unknown:
+            return
+        with self._lock:
+            if self._given:
+                return
+            self._given = True
+        logger.warning(
+            "grammar-guard: ignoring %s* variables no setting reads: %s",
+            ENV_PREFIX,
+            ", ".join(map(_with_suggestion, unknown)),
+        )
+
+
+def _with_suggestion(name: str) -> str:
+    closest = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1)
+    suggestion = f" (did you mean {closest[0]}?)" if closest else ""
+    return quoted_excerpt(name) + suggestion
+
+
+_unknown_variables = _UnknownVariableWarning()
 
 
 # A key's second request shows it is reused: from then on every token it is
@@ -146,62 +278,39 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         environ = os.environ if environ is None else environ
+        _unknown_variables.check(environ)
         defaults = cls()
 
-        def read(name: str, parse: Callable[[str], T], default: T, minimum: T) -> T:
-            variable = ENV_PREFIX + name
-            raw = environ.get(variable, "").strip()
-            if not raw:
-                return default
-            try:
-                value = parse(raw)
-            except ValueError:
-                raise SettingsError(f"{variable}={raw!r} is not a number") from None
-            if not math.isfinite(value) or value < minimum:
-                raise SettingsError(f"{variable}={raw!r} must be at least {minimum}")
-            return value
+        def seconds(name: str, default: float, minimum: float) -> float:
+            return _read_number(environ, name, float, default, (minimum, MAX_SECONDS))
 
-        def read_path(name: str, *, folder: bool) -> Path | None:
-            variable = ENV_PREFIX + name
-            raw = environ.get(variable, "").strip()
-            if not raw:
-                return None
-            path = Path(raw).expanduser()
-            # A folder may not exist yet (it is created on first write); a
-            # file must, so that a typo stops start-up instead of warming nothing.
-            if folder and path.exists() and not path.is_dir():
-                raise SettingsError(f"{variable}={raw!r} is not a folder")
-            if not folder and not (path.is_file() and os.access(path, os.R_OK)):
-                raise SettingsError(f"{variable}={raw!r} is not a readable file")
-            return path
+        def mebibytes(name: str, default: int) -> int:
+            return int(_read_number(environ, name, float, default / MIB, (0.0, MAX_MIB)) * MIB)
 
-        timeout = read("COMPILE_TIMEOUT_S", float, defaults.compile_timeout_s, 0.001)
-        cache_mb = read("CACHE_MB", float, defaults.max_bytes / MIB, 0.0)
-        niceness = read("COMPILE_NICENESS", int, defaults.compile_niceness, 0)
-        if niceness > MAX_NICENESS:
-            raise SettingsError(
-                f"{ENV_PREFIX}COMPILE_NICENESS={niceness} must be at most {MAX_NICENESS}"
-            )
+        def count(name: str, default: int, minimum: int) -> int:
+            return _read_number(environ, name, int, default, (minimum, MAX_COUNT))
+
+        timeout = seconds("COMPILE_TIMEOUT_S", defaults.compile_timeout_s, 0.001)
         return cls(
             compile_timeout_s=timeout,
-            max_retries=read("MAX_RETRIES", int, defaults.max_retries, 0),
-            timeout_ttl_s=read("TIMEOUT_TTL_S", float, timeout, 0.0),
-            max_bytes=int(cache_mb * MIB),
-            max_entries=read("CACHE_ENTRIES", int, defaults.max_entries, 1),
-            compile_workers=read("COMPILE_WORKERS", int, defaults.compile_workers, 1),
+            max_retries=count("MAX_RETRIES", defaults.max_retries, 0),
+            timeout_ttl_s=seconds("TIMEOUT_TTL_S", timeout, 0.0),
+            max_bytes=mebibytes("CACHE_MB", defaults.max_bytes),
+            max_entries=count("CACHE_ENTRIES", defaults.max_entries, 1),
+            compile_workers=count("COMPILE_WORKERS", defaults.compile_workers, 1),
             compile_isolation=_read_choice(
                 environ, ENV_PREFIX + "COMPILE_ISOLATION", defaults.compile_isolation
             ),
-            compile_kill_after_s=read(
-                "COMPILE_KILL_AFTER_S", float, KILL_AFTER_TIMEOUTS * timeout, 0.001
+            compile_kill_after_s=seconds(
+                "COMPILE_KILL_AFTER_S", KILL_AFTER_TIMEOUTS * timeout, 0.001
             ),
-            compile_niceness=niceness,
-            cache_dir=read_path("CACHE_DIR", folder=True),
-            cache_dir_max_bytes=int(
-                read("CACHE_DIR_MB", float, defaults.cache_dir_max_bytes / MIB, 0.0) * MIB
+            compile_niceness=_read_number(
+                environ, "COMPILE_NICENESS", int, defaults.compile_niceness, (0, MAX_NICENESS)
             ),
-            warmup_file=read_path("WARMUP", folder=False),
+            cache_dir=_read_path(environ, "CACHE_DIR", folder=True),
+            cache_dir_max_bytes=mebibytes("CACHE_DIR_MB", defaults.cache_dir_max_bytes),
+            warmup_file=_read_path(environ, "WARMUP", folder=False),
             unenforced=unenforced_policy_from_env(environ),
             engine=engine_selection_from_env(environ),
-            upgrade_after=read("UPGRADE_AFTER", int, defaults.upgrade_after, 0),
+            upgrade_after=count("UPGRADE_AFTER", defaults.upgrade_after, 0),
         )
