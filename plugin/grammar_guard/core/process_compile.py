@@ -18,6 +18,12 @@ never routes a key again (and, routed, builds llguidance's tokenizer only if
 it is ever asked to compile there).
 It answers with the serialised grammar, never with a pickle, so nothing a
 worker sends can run code in the engine process.
+
+A hostile grammar may also grow a compile's memory without bound. Each
+worker runs under an address-space limit (``GRAMMAR_GUARD_COMPILE_WORKER_MEMORY_MB``),
+so such a compile fails inside its worker, and asks the kernel's OOM killer
+to pick it first, before the engine, should memory still run out. The
+engine process reads back no reply longer than that limit.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import resource
 import signal
 import socket
 import struct
@@ -55,6 +62,11 @@ _EXIT_GRACE_S = 5.0
 
 # One message: a tag byte and the payload's length, then the payload.
 _HEADER = struct.Struct("!cQ")
+# The longest message the engine process reads from a worker without a memory
+# limit (a limited worker cannot build a reply longer than its limit).
+_MAX_UNLIMITED_REPLY_BYTES = 16 << 30
+# The highest score: the OOM killer takes a worker before any other process.
+_OOM_SCORE_ADJ = b"1000"
 _COMPILE = b"C"  # to the worker: a pickled (GrammarSpec, part name or None)
 _READY = b"R"  # the engine is built
 _START_FAILED = b"S"  # the engine could not be built: the reason
@@ -65,9 +77,9 @@ _FAILED = b"F"  # any other exception: its type and text
 # The worker takes the parent's import path, so it imports what the parent
 # would: this package and the module of the engine's recipe.
 _BOOTSTRAP = (
-    "import sys; sys.path[:] = sys.argv[5:]; "
+    "import sys; sys.path[:] = sys.argv[6:]; "
     "from grammar_guard.core.process_compile import _worker_main; "
-    "_worker_main(*map(int, sys.argv[1:5]))"
+    "_worker_main(*map(int, sys.argv[1:6]))"
 )
 
 
@@ -115,12 +127,16 @@ class ProcessCompiler:
         workers: int,
         kill_after_s: float,
         niceness: int = DEFAULT_COMPILE_NICENESS,
+        memory_limit_bytes: int = 0,
     ) -> None:
+        """``memory_limit_bytes``: each worker's address-space limit; 0 for none."""
         if workers < 1:
             raise ValueError("a process compiler needs at least one worker")
         self._engine = engine
         self._kill_after_s = kill_after_s
         self._niceness = niceness
+        self._memory_limit_bytes = memory_limit_bytes
+        self._max_reply_bytes = memory_limit_bytes or _MAX_UNLIMITED_REPLY_BYTES
         # Unnamed, so it vanishes with the last process holding it, whatever
         # way this process ends; open for as long as workers may start.
         # Workers map it rather than read it: they share its file position.
@@ -248,7 +264,13 @@ class ProcessCompiler:
         """
         ours, theirs = socket.socketpair()
         recipe_fd = self._recipe.fileno()
-        arguments = [theirs.fileno(), recipe_fd, os.getpid(), self._niceness]
+        arguments = [
+            theirs.fileno(),
+            recipe_fd,
+            os.getpid(),
+            self._niceness,
+            self._memory_limit_bytes,
+        ]
         path = [entry for entry in sys.path if isinstance(entry, str)]
         try:
             process = subprocess.Popen(
@@ -291,9 +313,12 @@ class ProcessCompiler:
     def _start_failure_of(self, worker: _Worker) -> str | None:
         """None once ``worker`` says it is ready, else why it never will be."""
         try:
-            tag, payload = _receive(worker.connection, time.monotonic() + _START_LIMIT_S)
+            deadline = time.monotonic() + _START_LIMIT_S
+            tag, payload = _receive(worker.connection, deadline, self._max_reply_bytes)
         except TimeoutError:
             return f"it was not ready after {_START_LIMIT_S:g} s"
+        except _OversizedMessage as exc:
+            return str(exc)
         except (EOFError, OSError):
             return self._death(worker)
         return None if tag == _READY else payload.decode(errors="replace")
@@ -311,7 +336,9 @@ class ProcessCompiler:
         except OSError as exc:  # the worker died while idle
             raise _WorkerLost(self._death(worker)) from exc
         try:
-            return _receive(worker.connection, deadline)
+            return _receive(worker.connection, deadline, self._max_reply_bytes)
+        except _OversizedMessage as exc:
+            raise _WorkerLost(str(exc)) from None
         except TimeoutError:
             raise _WorkerLost(
                 f"grammar compile was stopped after its hard limit of {self._kill_after_s:g} s"
@@ -348,6 +375,7 @@ def make_compiler(engine: GrammarEngine, settings: Settings) -> Compiler:
         workers=settings.compile_workers,
         kill_after_s=settings.kill_after_s,
         niceness=settings.compile_niceness,
+        memory_limit_bytes=settings.compile_worker_memory_bytes,
     )
 
 
@@ -359,9 +387,24 @@ def _send(connection: socket.socket, tag: bytes, payload: bytes) -> None:
     connection.sendall(payload)
 
 
-def _receive(connection: socket.socket, deadline: float | None) -> tuple[bytes, bytes]:
-    """One message; ``TimeoutError`` past ``deadline``, ``EOFError`` if the peer closed."""
+class _OversizedMessage(Exception):
+    """The peer announced a message longer than the reader accepts: nothing of it was read."""
+
+
+def _receive(
+    connection: socket.socket, deadline: float | None, max_length: int
+) -> tuple[bytes, bytes]:
+    """One message; ``TimeoutError`` past ``deadline``, ``EOFError`` if the peer closed.
+
+    The payload's buffer is allocated from the length the peer announces, so a
+    length past ``max_length`` is refused before anything is allocated.
+    """
     tag, length = _HEADER.unpack(_receive_exactly(connection, _HEADER.size, deadline))
+    if length > max_length:
+        raise _OversizedMessage(
+            f"the grammar compile process announced a {length}-byte reply, "
+            f"over the {max_length}-byte limit"
+        )
     return tag, _receive_exactly(connection, length, deadline)
 
 
@@ -385,9 +428,12 @@ def _receive_exactly(connection: socket.socket, size: int, deadline: float | Non
 # -- the worker process --------------------------------------------------------
 
 
-def _worker_main(socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int) -> None:
+def _worker_main(
+    socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int, memory_limit_bytes: int
+) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit_memory(memory_limit_bytes)
     # Before the start-up too: four workers importing torch and building the
     # tokenizer at the engine's priority held both cores of a small machine
     # for ten seconds after the engine reported ready, slowing every request.
@@ -407,10 +453,24 @@ def _worker_main(socket_fd: int, recipe_fd: int, parent_pid: int, niceness: int)
     _send(connection, _READY, b"")
     while True:
         try:
-            _, payload = _receive(connection, deadline=None)
+            # An order is a pickled spec: at most the input limit, far below this.
+            _, payload = _receive(connection, None, _MAX_UNLIMITED_REPLY_BYTES)
             _send(connection, *_compile_for_parent(engine, payload))
         except (EOFError, OSError):  # the parent closed the socket or is gone
             return
+
+
+def _limit_memory(limit_bytes: int) -> None:
+    """Cap this worker's address space, and make it the OOM killer's first choice.
+
+    Before the engine is built: a limit too small to build it fails the
+    start with its reason, where it shows, not the first compile.
+    """
+    if limit_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    # No /proc (or a sandbox that hides it): the address-space limit still holds.
+    with suppress(OSError), open("/proc/self/oom_score_adj", "wb") as score:
+        score.write(_OOM_SCORE_ADJ)
 
 
 def _compile_for_parent(engine: GrammarEngine, order_pickle: bytes) -> tuple[bytes, bytes]:

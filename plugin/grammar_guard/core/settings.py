@@ -174,6 +174,7 @@ KNOWN_VARIABLES = frozenset(
         "COMPILE_ISOLATION",
         "COMPILE_KILL_AFTER_S",
         "COMPILE_NICENESS",
+        "COMPILE_WORKER_MEMORY_MB",
         "CACHE_DIR",
         "CACHE_DIR_MB",
         "WARMUP",
@@ -235,6 +236,20 @@ def default_compile_workers() -> int:
     return max(4, (os.cpu_count() or 1) // 2)
 
 
+def default_worker_memory_bytes() -> int:
+    """Each compile worker's address space: a quarter of the machine, within 8 to 32 GiB.
+
+    A worker maps torch and the tokenizer (about 1.5 GiB of address space
+    here) before it compiles anything, and every thread of a native compile
+    may reserve an allocator arena: those are what the per-core share is for.
+    A hostile compile that needs more fails in its worker instead of taking
+    the machine's memory from the engine.
+    """
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    share = min(max(physical // 4, 8 << 30), 32 << 30)
+    return share + (os.cpu_count() or 1) * (128 << 20)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every plugin setting: the cache's, the compile pool's, routing's and the disk store's."""
@@ -249,6 +264,8 @@ class Settings:
     compile_kill_after_s: float | None = None  # None: KILL_AFTER_TIMEOUTS compile timeouts
     # Added to the nice value of every compile (pool threads, worker processes).
     compile_niceness: int = DEFAULT_COMPILE_NICENESS
+    # Each compile worker process's address-space limit; 0: none.
+    compile_worker_memory_bytes: int = field(default_factory=default_worker_memory_bytes)
     # Persistent cache folder; None (the default) keeps compiled grammars in memory only.
     cache_dir: Path | None = None
     cache_dir_max_bytes: int = 1024 * MIB
@@ -306,6 +323,9 @@ class Settings:
             ),
             compile_niceness=_read_number(
                 environ, "COMPILE_NICENESS", int, defaults.compile_niceness, (0, MAX_NICENESS)
+            ),
+            compile_worker_memory_bytes=mebibytes(
+                "COMPILE_WORKER_MEMORY_MB", defaults.compile_worker_memory_bytes
             ),
             cache_dir=_read_path(environ, "CACHE_DIR", folder=True),
             cache_dir_max_bytes=mebibytes("CACHE_DIR_MB", defaults.cache_dir_max_bytes),
