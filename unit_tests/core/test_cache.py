@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 
 from grammar_guard.core.cache import DeadlineWatcher, GrammarCache
-from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
+from grammar_guard.core.errors import (
+    CompileCrashedError,
+    CompileTimeoutError,
+    InvalidGrammarError,
+)
 from grammar_guard.core.metrics import Counter, Gauge
 from grammar_guard.core.settings import Settings
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
@@ -85,6 +89,11 @@ class ManualExecutor(Executor):
         fn, args = self.queue.pop(0)
         fn(*args)
 
+    def run_last(self) -> None:
+        """Run the compile queued last, ahead of the others."""
+        fn, args = self.queue.pop()
+        fn(*args)
+
 
 class Harness:
     def __init__(self, settings: Settings = SETTINGS, executor: Executor | None = None):
@@ -118,6 +127,24 @@ class Harness:
 def timeout_of(future: Future[str]) -> CompileTimeoutError:
     error = future.exception(timeout=0)
     assert isinstance(error, CompileTimeoutError), error
+    return error
+
+
+KILLED = "the grammar compile process died (signal 9: Killed)"
+
+
+def crash_once(h: Harness, key: str, waiters: int = 1) -> list[Future[str]]:
+    """Admit ``key`` ``waiters`` times and run its compile, whose worker dies; the futures."""
+    futures = [h.cache.admit(key).future for _ in range(waiters)]
+    h.compiler.errors[key] = CompileCrashedError(KILLED)
+    h.manual.run_last()
+    del h.compiler.errors[key]
+    return futures
+
+
+def crash_of(future: Future[str]) -> CompileCrashedError:
+    error = future.exception(timeout=0)
+    assert isinstance(error, CompileCrashedError), error
     return error
 
 
@@ -397,6 +424,93 @@ def test_a_waiter_timing_out_after_the_marker_expired_does_not_count_again(h: Ha
     assert h.cache.timeouts_of("k") == 0  # then the compile succeeded (rule 12)
 
 
+# --- a worker's death is transient, then permanent --------------------------------
+
+
+def test_a_crash_gives_every_waiter_a_transient_error_saying_when_to_retry(h: Harness) -> None:
+    for future in crash_once(h, "k", waiters=3):
+        error = crash_of(future)
+        assert str(error) == f"{KILLED}; a retry after 30 s compiles the grammar again"
+        assert error.retry_after_s == pytest.approx(T)
+    assert h.cache.crashes_of("k") == 1
+    assert h.metric(Counter.COMPILE_CRASHES) == 1 and h.metric(Counter.COMPILE_ERRORS) == 0
+
+
+def test_a_crash_marker_refuses_at_once_until_its_ttl_then_the_key_compiles_again(
+    h: Harness,
+) -> None:
+    crash_once(h, "k")
+    h.clock.advance(T - 1)
+    early = h.cache.admit("k")
+    assert early.hit and crash_of(early.future).retry_after_s == pytest.approx(1)
+    assert not h.manual.queue  # nothing new was scheduled
+    h.clock.advance(1)
+    retry = h.cache.admit("k")
+    assert not retry.future.done() and len(h.manual.queue) == 1
+    h.manual.run_next()
+    assert retry.future.result(timeout=0) == "compiled:k"
+    assert h.cache.admit("k").future.result(timeout=0) == "compiled:k"
+    assert h.compiler.calls["k"] == 2
+    assert h.cache.crashes_of("k") == 0  # served: the count starts again
+
+
+def test_escalates_to_a_permanent_refusal_after_more_than_n_crashes(h: Harness) -> None:
+    for attempt in range(1, SETTINGS.max_retries + 1):
+        crash_of(crash_once(h, "k")[0])
+        assert h.cache.crashes_of("k") == attempt
+        h.clock.advance(T)  # let the marker expire
+    (last,) = crash_once(h, "k")
+    expected = (
+        f"the grammar's compile killed its worker 3 times (last: {KILLED}): "
+        "the grammar is the likely cause; simplify it"
+    )
+    with pytest.raises(InvalidGrammarError) as error:
+        last.result(timeout=0)
+    assert error.value.reason == expected
+    h.clock.advance(1e6)
+    late = h.cache.admit("k")
+    assert late.hit and str(late.future.exception(timeout=0)) == expected
+    assert not h.manual.queue and h.compiler.calls["k"] == 3
+    assert h.metric(Counter.ESCALATIONS) == 1 and h.metric(Counter.COMPILE_CRASHES) == 3
+
+
+def test_a_crash_touches_no_other_key(h: Harness) -> None:
+    fill(h, "ready")
+    h.time_out_once("timed-out")
+    h.manual.run_next()  # lands behind its fresh marker
+    in_flight = h.cache.admit("in-flight").future
+    size, entries = h.cache.size_bytes, len(h.cache)
+    crash_once(h, "k")
+    assert len(h.cache) == entries + 1 and h.cache.size_bytes > size  # nothing evicted
+    assert h.cache.admit("ready").future.result(timeout=0) == "compiled:ready"
+    assert isinstance(h.cache.admit("timed-out").future.exception(timeout=0), CompileTimeoutError)
+    assert h.cache.timeouts_of("timed-out") == 1
+    h.manual.run_next()
+    assert in_flight.result(timeout=0) == "compiled:in-flight"
+    assert h.metric(Counter.EVICTIONS) == 0
+    assert [h.cache.crashes_of(key) for key in ("ready", "timed-out", "in-flight")] == [0, 0, 0]
+
+
+def test_a_crash_after_a_timeout_replaces_its_marker(h: Harness) -> None:
+    h.time_out_once("k")
+    h.compiler.errors["k"] = CompileCrashedError(KILLED)
+    h.manual.run_next()
+    assert crash_of(h.cache.admit("k").future).retry_after_s == pytest.approx(T)
+
+
+def test_a_crashed_orphan_resolves_its_own_waiters_and_counts_nothing(h: Harness) -> None:
+    old = h.cache.admit("k").future
+    h.cache.reset()
+    new = h.cache.admit("k").future
+    h.compiler.errors["k"] = CompileCrashedError(KILLED)
+    h.manual.run_next()  # the orphan's worker dies
+    del h.compiler.errors["k"]
+    assert str(crash_of(old)) == KILLED
+    assert h.cache.crashes_of("k") == 0 and not new.done()
+    h.manual.run_next()
+    assert new.result(timeout=0) == "compiled:k"
+
+
 # --- rule 9: spurious timeouts are harmless ----------------------------------------
 
 
@@ -630,6 +744,15 @@ def test_timeout_bookkeeping_is_bounded() -> None:
     assert remembered == settings.max_tracked_keys
 
 
+def test_crash_bookkeeping_is_bounded() -> None:
+    settings = Settings(max_entries=2)
+    h = Harness(settings)
+    keys = [f"k{i}" for i in range(3 * settings.max_tracked_keys)]
+    for key in keys:
+        crash_once(h, key)
+    assert sum(h.cache.crashes_of(key) for key in keys) == settings.max_tracked_keys
+
+
 # --- gap: observability ------------------------------------------------------------
 
 
@@ -659,9 +782,11 @@ def test_metrics_follow_hits_misses_compiles_errors_sizes_and_compile_time(h: Ha
 def test_reset_clears_entries_bytes_and_per_key_counts(h: Harness) -> None:
     fill(h, "a")
     h.time_out_once("slow")
+    crash_once(h, "crashed")
+    assert h.cache.crashes_of("crashed") == 1
     h.cache.reset()
     assert len(h.cache) == 0 and h.cache.size_bytes == 0
-    assert h.cache.timeouts_of("slow") == 0
+    assert h.cache.timeouts_of("slow") == 0 and h.cache.crashes_of("crashed") == 0
     assert h.cache.metrics.snapshot().gauges[Gauge.CACHE_BYTES] == 0
     assert not h.cache.admit("a").hit
 

@@ -6,7 +6,11 @@ from http import HTTPStatus
 
 import pytest
 
-from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
+from grammar_guard.core.errors import (
+    CompileCrashedError,
+    CompileTimeoutError,
+    InvalidGrammarError,
+)
 from grammar_guard.core.failures import FailureClass, FailureLog, classify, decode, encode
 
 
@@ -23,6 +27,11 @@ def _timeout(*, permanent: bool) -> CompileTimeoutError:
         (_timeout(permanent=True), FailureClass.INVALID, 400),
         (_timeout(permanent=False), FailureClass.TIMEOUT, 408),
         (RuntimeError("the grammar compiler was closed"), FailureClass.UNAVAILABLE, 503),
+        (
+            CompileCrashedError("the grammar compile process died (signal 9: Killed)"),
+            FailureClass.UNAVAILABLE,
+            503,
+        ),
     ],
 )
 def test_each_error_gets_the_status_a_client_can_act_on(

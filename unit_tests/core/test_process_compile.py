@@ -33,7 +33,7 @@ from grammar_guard.core.bitmask import allocate_bitmask
 from grammar_guard.core.cache import GrammarCache
 from grammar_guard.core.compilers import InThreadCompiler
 from grammar_guard.core.engine import CompiledGrammar, EngineRecipe, GrammarEngine
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import CompileCrashedError, InvalidGrammarError
 from grammar_guard.core.process_compile import ProcessCompiler, make_compiler
 from grammar_guard.core.settings import CompileIsolation, Settings
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
@@ -299,7 +299,7 @@ def test_a_crash_ends_only_its_own_compile(pair: ProcessCompiler) -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         crash = pool.submit(pair.compile, regex(SEGFAULT))
         others = [pool.submit(pair.compile, regex(f"[a-c]{{{n}}}y")) for n in range(1, 9)]
-        with pytest.raises(InvalidGrammarError, match="died"):
+        with pytest.raises(CompileCrashedError, match="died"):
             crash.result(HANG_GUARD_S)
         assert all(other.result(HANG_GUARD_S).compiled is not None for other in others)
 
@@ -329,12 +329,12 @@ def test_a_compile_past_the_hard_limit_is_killed_and_its_worker_replaced(
         (EXIT, "the grammar compile process exited (exit code 3)"),
     ],
 )
-def test_a_crashed_compile_becomes_an_error_for_its_request(
+def test_a_crashed_compile_becomes_a_transient_error_for_its_request(
     single: ProcessCompiler, fault: str, reason: str
 ) -> None:
-    with pytest.raises(InvalidGrammarError) as error:
+    with pytest.raises(CompileCrashedError) as error:
         single.compile(regex(fault))
-    assert error.value.reason == reason
+    assert str(error.value) == reason
     assert single.compile(GOOD).compiled is not None
 
 
@@ -366,7 +366,7 @@ def test_a_worker_that_cannot_be_replaced_yet_is_replaced_later(
 
     with monkeypatch.context() as patch:
         patch.setattr(subprocess, "Popen", no_more_processes)
-        with pytest.raises(InvalidGrammarError, match="exit code 3"):
+        with pytest.raises(CompileCrashedError, match="exit code 3"):
             single.compile(regex(EXIT))  # its replacement cannot start
         with pytest.raises(BlockingIOError):
             single.compile(GOOD)  # fails at once instead of waiting for a worker
@@ -408,6 +408,37 @@ def test_a_killed_compile_fails_its_waiting_requests_and_the_cache_goes_on(
         assert_same_grammar(small, GOOD, good)
         again = cache.admit(regex(HANG))  # a compile error is permanent: answered at once
         assert again.hit and isinstance(again.future.exception(0), InvalidGrammarError)
+
+
+def test_a_worker_killed_from_outside_mid_compile_does_not_poison_its_key(
+    small: SmallTokenizer, faulty: FaultyEngine, single: ProcessCompiler
+) -> None:
+    """An operator's SIGKILL, or the OOM killer's: the request gets a 503, the key a retry."""
+    now = [1000.0]
+    settings = Settings(compile_timeout_s=HANG_GUARD_S)
+    # The key's first compile hangs, as a slow schema's would; the retry compiles it.
+    first_attempt = iter([regex(HANG)])
+
+    def compile_spec(spec: GrammarSpec) -> CompiledGrammar:
+        return single.compile(next(first_attempt, spec)).compiled
+
+    known = hung_pids(faulty.reports)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
+            compile_spec, pool, settings, clock=lambda: now[0]
+        )
+        killed = cache.admit(GOOD)
+        pid = wait_for_hang(faulty.reports, known)
+        os.kill(pid, signal.SIGKILL)
+        error = killed.future.exception(HANG_GUARD_S)
+        assert isinstance(error, CompileCrashedError)
+        assert str(error).startswith("the grammar compile process died (signal 9: Killed); ")
+        assert pid not in worker_pids()  # reaped: not even a zombie
+        early = cache.admit(GOOD)  # within the TTL: refused at once, no compile
+        assert early.hit and isinstance(early.future.exception(0), CompileCrashedError)
+        now[0] += settings.ttl_s
+        served = cache.admit(GOOD).future.result(HANG_GUARD_S)  # by the replacement worker
+    assert_same_grammar(small, GOOD, served)
 
 
 # --- lifetime ---------------------------------------------------------------------

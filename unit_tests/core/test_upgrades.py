@@ -21,7 +21,7 @@ from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS, CompileServ
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler
 from grammar_guard.core.engine import CompiledGrammar, CompilePlan, TokenMatcher
 from grammar_guard.core.engine_common import fill_by_engine
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import CompileCrashedError, InvalidGrammarError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds
 from grammar_guard.core.metrics import LabelledCounter
@@ -237,18 +237,23 @@ class _PartCompiles(InThreadCompiler):
         return super().compile(spec, part)
 
 
-def _refuse() -> None:
-    raise InvalidGrammarError("grammar compile was stopped after its hard limit of 1 s")
+# The upgrade's own compile failures: retrying either would cost the same again.
+UPGRADE_REFUSALS = {
+    "hard limit": InvalidGrammarError("grammar compile was stopped after its hard limit of 1 s"),
+    # Retried, it would kill a compile worker on every later request of the key.
+    "worker killed": CompileCrashedError("the grammar compile process died (signal 9: Killed)"),
+}
 
 
+@pytest.mark.parametrize("refusal", UPGRADE_REFUSALS)
 def test_a_failed_upgrade_leaves_the_key_where_it_was_and_is_not_retried(
-    routed: RoutedEngine, services: list[CompileService]
+    routed: RoutedEngine, services: list[CompileService], refusal: str
 ) -> None:
     refused: list[str] = []
 
     def refuse() -> None:
         refused.append("xgrammar")
-        _refuse()
+        raise UPGRADE_REFUSALS[refusal]
 
     service = _service(routed, compiler=_PartCompiles(routed, refuse))
     services.append(service)

@@ -21,6 +21,7 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
 from vllm.v1.engine.output_processor import OutputProcessor, RequestOutputCollector
 
+from grammar_guard.core.errors import CompileCrashedError
 from grammar_guard.core.failures import FailureClass, FailureLog, encode
 from grammar_guard.vllm_adapter import failure_reporting
 from grammar_guard.vllm_adapter.compat import installed_release
@@ -200,6 +201,23 @@ def test_a_compile_failure_reaches_the_client_through_vllms_output_processor(
     with pytest.raises(error_type, match="the grammar's compile was cut off") as info:
         _collect([_through_output_processor(output)])
     _assert_status(info.value, status)
+
+
+def test_a_compile_whose_worker_died_reaches_the_client_as_a_503_with_its_reason() -> None:
+    reason = (
+        "the grammar compile process died (signal 9: Killed); "
+        "a retry after 30 s compiles the grammar again"
+    )
+    FAILURES.record_error("worker-died", CompileCrashedError(reason, retry_after_s=30.0))
+    output = _compile_failure("worker-died")
+    step = reporting_update_from_output(lambda self, *args: _step_outputs(*args))
+
+    step(SimpleNamespace(requests={"worker-died": object()}), output)
+
+    with pytest.raises(RetryableRequestError) as info:
+        _collect([_through_output_processor(output)])
+    assert str(info.value) == reason
+    _assert_status(info.value, HTTPStatus.SERVICE_UNAVAILABLE)
 
 
 def test_an_error_grammar_guard_did_not_record_is_left_to_vllm() -> None:

@@ -33,6 +33,7 @@ EXPORTED = {
     'grammar_guard_compiles_total{engine="none"}',
     "grammar_guard_compile_errors_total",
     "grammar_guard_compile_timeouts_total",
+    "grammar_guard_compile_crashes_total",
     "grammar_guard_escalations_total",
     "grammar_guard_evictions_total",
     "grammar_guard_cache_bytes",

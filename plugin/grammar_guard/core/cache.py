@@ -4,7 +4,8 @@ Every rule of the compile cache (docs/compile-cache.md) lives here, host-agnosti
 
 - A request for a key gets an :class:`Admission` whose ``future`` resolves
   exactly once: to the compiled value, or to the error that ends the request
-  (:class:`InvalidGrammarError` or :class:`CompileTimeoutError`).
+  (:class:`InvalidGrammarError`, :class:`CompileTimeoutError` or
+  :class:`CompileCrashedError`).
 - One compile per key: the first miss starts a compile job on the given
   executor; every other request for the key joins that job.
 - Two-phase timeout: a request waits at most ``T`` while its job is queued and
@@ -16,6 +17,11 @@ Every rule of the compile cache (docs/compile-cache.md) lives here, host-agnosti
   result is served.
 - A compile error is permanent; a timeout marker expires after a TTL until the
   key has timed out more than ``max_retries`` times, then it is permanent too.
+- A compile whose worker process died (:class:`CompileCrashedError`) is not
+  the grammar's fault as far as anyone knows: it leaves a marker that expires
+  after the same TTL, and the key is compiled again. Only once the key's
+  compiles have killed their worker more than ``max_retries`` times is the
+  grammar taken for the cause and refused for good.
 - Finished entries are evicted least recently used to stay under a byte and an
   entry budget; in-flight ones never are (their waiters depend on them).
 
@@ -36,7 +42,11 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
+from grammar_guard.core.errors import (
+    CompileCrashedError,
+    CompileTimeoutError,
+    InvalidGrammarError,
+)
 from grammar_guard.core.metrics import CacheMetrics, Counter
 from grammar_guard.core.settings import Settings
 
@@ -55,8 +65,8 @@ class _State(enum.Enum):
     IN_FLIGHT = "in flight"
     READY = "ready"
     INVALID = "invalid"  # compile error: permanent
-    TIMED_OUT = "timed out"  # fresh (or permanent) timeout marker
-    EXPIRED = "expired"  # marker expired while the compile still runs
+    MARKED = "marked"  # a fresh (or permanent) marker: a timeout, or a worker's death
+    EXPIRED = "expired"  # the marker expired: its compile still runs, or died
 
 
 class _Job(Generic[K, V]):
@@ -70,14 +80,23 @@ class _Job(Generic[K, V]):
         self.started_at: float | None = None
         self.finished = False
         self.value: V | None = None
-        self.error: InvalidGrammarError | None = None
+        # A CompileCrashedError is transient: the key's entry holds a marker
+        # beside it, and the key compiles again once the marker expires.
+        self.error: InvalidGrammarError | CompileCrashedError | None = None
         self.waiters: list[Admission[V]] = []
 
 
 @dataclass
-class _TimeoutMarker:
+class _Marker:
+    """Refuses a key at once after a transient failure, until it expires."""
+
     message: str
     expires_at: float | None  # None: permanent
+    # Its compile's worker died (CompileCrashedError); else it timed out.
+    crashed: bool = False
+
+    def retry_after_s(self, now: float) -> float | None:
+        return None if self.expires_at is None else max(0.0, self.expires_at - now)
 
 
 class _Entry(Generic[K, V]):
@@ -85,7 +104,7 @@ class _Entry(Generic[K, V]):
 
     def __init__(self, job: _Job[K, V]) -> None:
         self.job = job
-        self.marker: _TimeoutMarker | None = None
+        self.marker: _Marker | None = None
         self.size = 0
 
 
@@ -131,8 +150,9 @@ class GrammarCache(Generic[K, V]):
         # Least recently used first.
         self._entries: OrderedDict[K, _Entry[K, V]] = OrderedDict()
         self._bytes = 0
-        # Timeouts per key, itself bounded (least recently timed out dropped first).
+        # Timeouts and worker deaths per key, each bounded (see _count_failure).
         self._timeouts: OrderedDict[K, int] = OrderedDict()
+        self._crashes: OrderedDict[K, int] = OrderedDict()
         self._deadlines: list[tuple[float, int, Admission[V]]] = []
         self._sequence = itertools.count()
 
@@ -148,6 +168,11 @@ class GrammarCache(Generic[K, V]):
     def timeouts_of(self, key: K) -> int:
         with self._lock:
             return self._timeouts.get(key, 0)
+
+    def crashes_of(self, key: K) -> int:
+        """How many of the key's compiles have killed their worker since it was last served."""
+        with self._lock:
+            return self._crashes.get(key, 0)
 
     def compile_started_at(self, key: K) -> float | None:
         """When a worker picked up the key's current compile; kept after it finishes."""
@@ -244,6 +269,7 @@ class GrammarCache(Generic[K, V]):
         with self._lock:
             self._entries.clear()
             self._timeouts.clear()
+            self._crashes.clear()
             self._bytes = 0
             self._publish_size()
 
@@ -275,10 +301,10 @@ class GrammarCache(Generic[K, V]):
         with self._lock:
             job.started_at = self._clock()
         value: V | None = None
-        error: InvalidGrammarError | None = None
+        error: InvalidGrammarError | CompileCrashedError | None = None
         try:
             value = self._compile_fn(job.key)
-        except InvalidGrammarError as exc:
+        except (InvalidGrammarError, CompileCrashedError) as exc:
             error = exc
         except Exception as exc:
             error = InvalidGrammarError(f"grammar compile failed: {type(exc).__name__}: {exc}")
@@ -287,12 +313,19 @@ class GrammarCache(Generic[K, V]):
                 error = InvalidGrammarError("grammar compile was interrupted")
             self._finish(job, value, error)
 
-    def _finish(self, job: _Job[K, V], value: V | None, error: InvalidGrammarError | None) -> None:
+    def _finish(
+        self,
+        job: _Job[K, V],
+        value: V | None,
+        error: InvalidGrammarError | CompileCrashedError | None,
+    ) -> None:
         now = self._clock()
         with self._lock:
             job.finished, job.value, job.error = True, value, error
             self.metrics.count(Counter.COMPILES)
-            if error is not None:
+            if isinstance(error, CompileCrashedError):
+                self.metrics.count(Counter.COMPILE_CRASHES)
+            elif error is not None:
                 self.metrics.count(Counter.COMPILE_ERRORS)
             self.metrics.observe_compile(now - (job.started_at or now))
             entry = self._entries.get(job.key)
@@ -302,14 +335,19 @@ class GrammarCache(Generic[K, V]):
             # expired): it answers its own waiters and touches nothing else.
             waiters = self._claim_waiters(job)
             self._publish_size()
-        outcome: Outcome = (value, error)
+        # The error as settled: a crash says when the key compiles again, or
+        # has become the grammar's own error.
+        outcome: Outcome = (value, job.error)
         for admission in waiters:
             _resolve(admission, outcome)
 
     def _settle_entry(self, entry: _Entry[K, V], now: float) -> None:
         job = entry.job
         marker = entry.marker
-        if job.error is not None:
+        if isinstance(job.error, CompileCrashedError):
+            if marker is None or marker.expires_at is not None:  # never downgrade a permanent one
+                self._record_crash(entry, job.error, now)
+        elif job.error is not None:
             # A compile error is permanent and says more than a timeout did.
             entry.marker = None
         elif marker is not None and (marker.expires_at is None or now < marker.expires_at):
@@ -317,7 +355,7 @@ class GrammarCache(Generic[K, V]):
                 job.value = None  # never served again: do not hold its memory
         else:
             entry.marker = None
-            self._timeouts.pop(job.key, None)
+            self._forget_failures(job.key)
         self._resize(entry, self._entry_bytes(entry))
         self._entries.move_to_end(job.key)
         self._evict_over_budget()
@@ -361,12 +399,9 @@ class GrammarCache(Generic[K, V]):
             self._publish_size()
         return (None, self._timeout_error(admission, now, marker=entry.marker))
 
-    def _record_timeout(self, key: K, now: float) -> _TimeoutMarker:
+    def _record_timeout(self, key: K, now: float) -> _Marker:
         self.metrics.count(Counter.COMPILE_TIMEOUTS)
-        count = self._timeouts.pop(key, 0) + 1
-        self._timeouts[key] = count
-        while len(self._timeouts) > self._settings.max_tracked_keys:
-            self._timeouts.popitem(last=False)
+        count = self._count_failure(self._timeouts, key)
         limit = self._settings.compile_timeout_s
         if count > self._settings.max_retries:
             self.metrics.count(Counter.ESCALATIONS)
@@ -376,17 +411,50 @@ class GrammarCache(Generic[K, V]):
                 f"gave up after {retries}: retrying will not help, "
                 "simplify the grammar (for example smaller maxLength or maxItems)"
             )
-            return _TimeoutMarker(message, expires_at=None)
+            return _Marker(message, expires_at=None)
         ttl = self._settings.ttl_s
         message = (
             f"grammar compile timed out ({limit:g} s limit); it goes on in the background "
             f"and a retry after {ttl:g} s may be served from the cache"
         )
-        return _TimeoutMarker(message, expires_at=now + ttl)
+        return _Marker(message, expires_at=now + ttl)
+
+    def _record_crash(self, entry: _Entry[K, V], crash: CompileCrashedError, now: float) -> None:
+        """Settle an entry whose compile's worker died: a marker, or the grammar's own error."""
+        job = entry.job
+        count = self._count_failure(self._crashes, job.key)
+        if count > self._settings.max_retries:
+            self.metrics.count(Counter.ESCALATIONS)
+            entry.marker = None
+            job.error = InvalidGrammarError(
+                f"the grammar's compile killed its worker {count} times (last: {crash}): "
+                "the grammar is the likely cause; simplify it"
+            )
+            return
+        ttl = self._settings.ttl_s
+        entry.marker = _Marker(
+            f"{crash}; a retry after {ttl:g} s compiles the grammar again",
+            expires_at=now + ttl,
+            crashed=True,
+        )
+        job.error = _marker_error(entry.marker, now, prefix="", waited_s=0.0)
+
+    def _count_failure(self, counts: OrderedDict[K, int], key: K) -> int:
+        """Count one more failure of ``key``; only the most recently failed keys are kept."""
+        count = counts.pop(key, 0) + 1
+        counts[key] = count
+        while len(counts) > self._settings.max_tracked_keys:
+            counts.popitem(last=False)
+        return count
+
+    def _forget_failures(self, key: K) -> None:
+        """The key was served: its transient failures start again from nothing."""
+        self._timeouts.pop(key, None)
+        self._crashes.pop(key, None)
 
     def _timeout_error(
-        self, admission: Admission[V], now: float, marker: _TimeoutMarker | None
-    ) -> CompileTimeoutError:
+        self, admission: Admission[V], now: float, marker: _Marker | None
+    ) -> CompileTimeoutError | CompileCrashedError:
         job = admission._job
         assert job is not None
         waited = now - admission.requested_at
@@ -409,18 +477,19 @@ class GrammarCache(Generic[K, V]):
 
     def _state(self, entry: _Entry[K, V], now: float) -> _State:
         job, marker = entry.job, entry.marker
-        if job.finished and job.error is not None:
+        if job.finished and isinstance(job.error, InvalidGrammarError):
             return _State.INVALID
         if marker is not None and (marker.expires_at is None or now < marker.expires_at):
-            return _State.TIMED_OUT
-        if job.finished:
-            return _State.READY
-        return _State.EXPIRED if marker is not None else _State.IN_FLIGHT
+            return _State.MARKED
+        if not job.finished:
+            return _State.EXPIRED if marker is not None else _State.IN_FLIGHT
+        # A crashed compile always left a marker, now expired: compile again.
+        return _State.READY if job.error is None else _State.EXPIRED
 
     def _answer(self, entry: _Entry[K, V], now: float) -> Outcome:
         """What a finished entry says to a request (lock held)."""
         state = self._state(entry, now)
-        if state is _State.TIMED_OUT:
+        if state is _State.MARKED:
             assert entry.marker is not None
             return (None, _marker_error(entry.marker, now, prefix="", waited_s=0.0))
         if state is _State.INVALID:
@@ -428,7 +497,7 @@ class GrammarCache(Generic[K, V]):
         if entry.marker is not None:
             # The marker expired and the compile had landed: success is active now.
             entry.marker = None
-            self._timeouts.pop(entry.job.key, None)
+            self._forget_failures(entry.job.key)
             self._resize(entry, self._entry_bytes(entry))
         return (entry.job.value, None)
 
@@ -479,12 +548,16 @@ class GrammarCache(Generic[K, V]):
 
 
 def _marker_error(
-    marker: _TimeoutMarker, now: float, *, prefix: str, waited_s: float
-) -> CompileTimeoutError:
-    permanent = marker.expires_at is None
-    retry_after = None if marker.expires_at is None else max(0.0, marker.expires_at - now)
+    marker: _Marker, now: float, *, prefix: str, waited_s: float
+) -> CompileTimeoutError | CompileCrashedError:
+    retry_after = marker.retry_after_s(now)
+    if marker.crashed:
+        return CompileCrashedError(prefix + marker.message, retry_after_s=retry_after)
     return CompileTimeoutError(
-        prefix + marker.message, waited_s=waited_s, permanent=permanent, retry_after_s=retry_after
+        prefix + marker.message,
+        waited_s=waited_s,
+        permanent=marker.expires_at is None,
+        retry_after_s=retry_after,
     )
 
 

@@ -83,3 +83,18 @@ class CompileTimeoutError(TimeoutError):
         self.permanent = permanent
         self.retry_after_s = retry_after_s
         super().__init__(message)
+
+
+class CompileCrashedError(RuntimeError):
+    """The process compiling the request's grammar died before it answered.
+
+    Not the grammar's fault as far as anyone knows (an operator, a memory
+    limit or the OOM killer may have ended the process), so not an
+    :class:`InvalidGrammarError`: the key is compiled again once
+    ``retry_after_s`` has passed (None where that is not decided: as the
+    compiler raises it, before the cache has settled the key).
+    """
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)

@@ -35,8 +35,10 @@ class FailureClass(enum.Enum):
     # a retry after the marker's TTL may find it cached. A 4xx, since the
     # request's own schema set the cost; 408, which clients retry.
     TIMEOUT = HTTPStatus.REQUEST_TIMEOUT
-    # The compiler was shut down under the request (the engine is stopping):
-    # not the request's fault, and another attempt, elsewhere, may succeed.
+    # The compiler was shut down under the request (the engine is stopping),
+    # or its compile process died (CompileCrashedError: killed from outside,
+    # out of memory): not known to be the request's fault, and another
+    # attempt, later or elsewhere, may succeed. Also any error not named above.
     UNAVAILABLE = HTTPStatus.SERVICE_UNAVAILABLE
     # The grammar engine failed while decoding: a server fault, named.
     INTERNAL = HTTPStatus.INTERNAL_SERVER_ERROR

@@ -24,6 +24,8 @@ class Counter(enum.Enum):
     COMPILES = "compiles"
     COMPILE_ERRORS = "compile_errors"
     COMPILE_TIMEOUTS = "compile_timeouts"
+    # Compiles whose worker process died under them (not the hard-limit kill).
+    COMPILE_CRASHES = "compile_crashes"
     ESCALATIONS = "escalations"
     EVICTIONS = "evictions"
     # The persistent cache (GRAMMAR_GUARD_CACHE_DIR); zero while it is off.

@@ -4,8 +4,11 @@ xgrammar cannot cancel a compile, and a thread cannot be killed: a compile
 that outlives its requests' timeout keeps a CPU busy until it ends. Here each
 compile runs in a worker process that is killed once the compile passes its
 hard limit; the request gets an :class:`InvalidGrammarError` saying so, and a
-fresh worker takes the killed one's place. A worker that crashes (a native
-fault, the kernel's OOM killer) ends its one request the same way.
+fresh worker takes the killed one's place. A worker that dies on its own or
+from outside (a native fault, the kernel's OOM killer, an operator's kill)
+ends its requests with a :class:`CompileCrashedError`, which the cache treats
+as transient: the key is tried again after a TTL, and refused for good only
+once its compiles have killed their worker more than the retry budget allows.
 
 Workers are fresh interpreters (``python -c``), not forks and not
 ``multiprocessing`` children: the engine process is multi-threaded, which
@@ -44,7 +47,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler, compile_with
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import CompileCrashedError, InvalidGrammarError
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, CompileIsolation
 
 if TYPE_CHECKING:
@@ -85,6 +88,10 @@ _BOOTSTRAP = (
 
 class _WorkerLost(Exception):
     """The worker process is gone or must go; the message says what happened."""
+
+
+class _WorkerDied(_WorkerLost):
+    """The worker process ended on its own or was killed from outside, not by this compiler."""
 
 
 class _Worker:
@@ -334,7 +341,7 @@ class ProcessCompiler:
             worker.connection.settimeout(self._kill_after_s)
             _send(worker.connection, _COMPILE, pickle.dumps((spec, part)))
         except OSError as exc:  # the worker died while idle
-            raise _WorkerLost(self._death(worker)) from exc
+            raise _WorkerDied(self._death(worker)) from exc
         try:
             return _receive(worker.connection, deadline, self._max_reply_bytes)
         except _OversizedMessage as exc:
@@ -344,12 +351,21 @@ class ProcessCompiler:
                 f"grammar compile was stopped after its hard limit of {self._kill_after_s:g} s"
             ) from None
         except (EOFError, OSError):
-            raise _WorkerLost(self._death(worker)) from None
+            raise _WorkerDied(self._death(worker)) from None
 
     def _lost_error(self, lost: _WorkerLost) -> Exception:
-        """What the request is told when its worker is gone."""
+        """What the request is told when its worker is gone.
+
+        A worker this compiler stopped (the hard limit, an oversized reply)
+        was stopped for what the grammar costs: the grammar is refused. One
+        that died otherwise may have died of anything (an operator's kill, a
+        memory limit, the OOM killer): a transient failure, which the cache
+        retries later.
+        """
         if self._is_closed():
             return RuntimeError("the grammar compiler was closed")
+        if isinstance(lost, _WorkerDied):
+            return CompileCrashedError(str(lost))
         return InvalidGrammarError(str(lost))
 
     @staticmethod

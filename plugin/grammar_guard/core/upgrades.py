@@ -42,7 +42,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.engine import CompiledGrammar
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import CompileCrashedError, InvalidGrammarError
 from grammar_guard.core.mask_trial import PathRecorder, RecordedPath, fill_seconds
 from grammar_guard.core.metrics import CacheMetrics, LabelledCounter, UpgradeOutcome
 
@@ -205,9 +205,11 @@ class Upgrades:
                 exc,
             )
             self._count(UpgradeOutcome.FAILED)
-            if not isinstance(exc, InvalidGrammarError):
+            if not isinstance(exc, (InvalidGrammarError, CompileCrashedError)):
                 # Not the grammar's fault (its worker could not start, say): a
-                # later request of the key may try again, on the same path.
+                # later request of the key may try again, on the same path. An
+                # upgrade is optional, so one whose compile killed its worker
+                # is not tried again: that would kill a worker per request.
                 self._allow_retry(spec, path)
             return
         trial = self._trial(current, result.compiled, path.tokens)

@@ -68,7 +68,9 @@ _HELP = {
     Counter.COMPILE_ERRORS: "Distinct invalid grammars found, by the API process's parse or "
     "by an engine compile.",
     Counter.COMPILE_TIMEOUTS: "Compiles that outlived their requests' timeout (once per compile).",
-    Counter.ESCALATIONS: "Keys whose timeout marker became permanent after too many retries.",
+    Counter.COMPILE_CRASHES: "Compiles whose worker process died under them (a signal, an "
+    "exit), the hard-limit kill excepted; the key is compiled again after the marker's TTL.",
+    Counter.ESCALATIONS: "Keys refused for good after too many timeouts or worker deaths.",
     Counter.EVICTIONS: "Entries evicted to stay under the byte or entry bound.",
     Counter.DISK_HITS: "Cache fills loaded from the persistent cache folder instead of compiled.",
     Counter.DISK_MISSES: "Persistent-cache lookups that found no file: a compile followed.",
