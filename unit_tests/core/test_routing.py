@@ -92,6 +92,35 @@ def test_slow_bounds_are_found_where_they_are_keywords(schema: Any, slow: bool) 
     assert slow_for_xgrammar(_json(schema)) is slow
 
 
+# An attacker's regex once planned quick (each count under 64) that xgrammar
+# compiled for 16.6 s: its counts add up, and a negated class costs eight times
+# a narrow one (measured in xgrammar_cost.py).
+BEATEN = "".join(f"[^{letter}]{{0,63}}" for letter in "abcdefgh")
+
+
+@pytest.mark.parametrize(
+    ("regex", "slow"),
+    [
+        ("[a-z]{0,63}", False),  # 0.15 s on the 129k vocabulary
+        ("[a-z]{0,64}", True),
+        ("[a-z]{0,32}[0-9]{0,32}", True),  # counts add up
+        ("[0-9]{4}-[0-9]{2}-[0-9]{2}", False),  # a date: 8 narrow units
+        ("[^a]{0,7}", False),
+        ("[^a]{0,8}", True),  # 8 wide units: as costly as [a-z]{0,64}
+        ('[^"]{0,63}', True),  # 1.4 s on its own
+        (".{0,8}", True),
+        ("\\.{0,8}", False),  # an escaped dot is one character
+        ("\\W{0,8}", True),
+        ("(ab){0,63}", False),
+        (BEATEN, True),
+    ],
+)
+def test_repetitions_are_slow_by_their_weighed_sum(regex: str, slow: bool) -> None:
+    spec = GrammarSpec.build(RequestKind.REGEX, regex, COMPACT)
+    assert slow_for_xgrammar(spec) is slow
+    assert route(spec).engine is (EngineName.LLGUIDANCE if slow else EngineName.XGRAMMAR)
+
+
 @pytest.mark.parametrize(
     ("schema", "compact", "over"),
     [
