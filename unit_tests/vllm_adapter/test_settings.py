@@ -39,21 +39,23 @@ def test_defaults() -> None:
     assert settings.upgrade_after == 2  # a key's first reuse starts its upgrade
 
 
+# Every numeric variable, with a value in range.
+NUMBERS = {
+    "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": "2.5",
+    "GRAMMAR_GUARD_MAX_RETRIES": "0",
+    "GRAMMAR_GUARD_TIMEOUT_TTL_S": "7",
+    "GRAMMAR_GUARD_CACHE_MB": "1.5",
+    "GRAMMAR_GUARD_CACHE_ENTRIES": "10",
+    "GRAMMAR_GUARD_COMPILE_WORKERS": "3",
+    "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": "5",
+    "GRAMMAR_GUARD_COMPILE_NICENESS": "0",
+    "GRAMMAR_GUARD_CACHE_DIR_MB": "2",
+    "GRAMMAR_GUARD_UPGRADE_AFTER": "0",
+}
+
+
 def test_every_variable_is_read() -> None:
-    settings = Settings.from_env(
-        {
-            "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": "2.5",
-            "GRAMMAR_GUARD_MAX_RETRIES": "0",
-            "GRAMMAR_GUARD_TIMEOUT_TTL_S": "7",
-            "GRAMMAR_GUARD_CACHE_MB": "1.5",
-            "GRAMMAR_GUARD_CACHE_ENTRIES": "10",
-            "GRAMMAR_GUARD_COMPILE_WORKERS": "3",
-            "GRAMMAR_GUARD_COMPILE_ISOLATION": " Thread ",
-            "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": "5",
-            "GRAMMAR_GUARD_COMPILE_NICENESS": "0",
-            "GRAMMAR_GUARD_UPGRADE_AFTER": "0",
-        }
-    )
+    settings = Settings.from_env({**NUMBERS, "GRAMMAR_GUARD_COMPILE_ISOLATION": " Thread "})
     assert settings == Settings(
         compile_timeout_s=2.5,
         max_retries=0,
@@ -64,6 +66,7 @@ def test_every_variable_is_read() -> None:
         compile_isolation=CompileIsolation.THREAD,
         compile_kill_after_s=5.0,
         compile_niceness=0,
+        cache_dir_max_bytes=2 * MIB,
         upgrade_after=0,
     )
 
@@ -101,19 +104,6 @@ def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:
         Settings.from_env({variable: value})
 
 
-# Every numeric variable, with a value in range.
-NUMBERS = {
-    "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": "2.5",
-    "GRAMMAR_GUARD_MAX_RETRIES": "0",
-    "GRAMMAR_GUARD_TIMEOUT_TTL_S": "7",
-    "GRAMMAR_GUARD_CACHE_MB": "1.5",
-    "GRAMMAR_GUARD_CACHE_ENTRIES": "10",
-    "GRAMMAR_GUARD_COMPILE_WORKERS": "3",
-    "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": "5",
-    "GRAMMAR_GUARD_COMPILE_NICENESS": "0",
-    "GRAMMAR_GUARD_CACHE_DIR_MB": "2",
-    "GRAMMAR_GUARD_UPGRADE_AFTER": "0",
-}
 # One of each kind of value no numeric setting takes.
 MALFORMED_NUMBERS = {
     "overflowing float": "1e308",  # finite, but not once turned into bytes
