@@ -49,6 +49,7 @@ NUMBERS = {
     "GRAMMAR_GUARD_COMPILE_WORKERS": "3",
     "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": "5",
     "GRAMMAR_GUARD_COMPILE_NICENESS": "0",
+    "GRAMMAR_GUARD_COMPILE_WORKER_MEMORY_MB": "3072",
     "GRAMMAR_GUARD_CACHE_DIR_MB": "2",
     "GRAMMAR_GUARD_UPGRADE_AFTER": "0",
 }
@@ -66,6 +67,7 @@ def test_every_variable_is_read() -> None:
         compile_isolation=CompileIsolation.THREAD,
         compile_kill_after_s=5.0,
         compile_niceness=0,
+        compile_worker_memory_bytes=3072 * MIB,
         cache_dir_max_bytes=2 * MIB,
         upgrade_after=0,
     )
