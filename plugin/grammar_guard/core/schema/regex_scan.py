@@ -272,9 +272,17 @@ def _is_hex(text: str, length: int) -> bool:
 def _anchor_problems(alternatives: list[list[_Node]], at_start: bool, at_end: bool) -> bool:
     """Whether an anchor sits somewhere it could not match at the start/end of the string."""
     for items in alternatives:
+        # Linear: an item has only anchors of its own kind before (after) it
+        # iff it sits at or before the first other item (at or after the last).
+        first_not_start = next(
+            (index for index, item in enumerate(items) if item.kind != "start"), len(items)
+        )
+        last_not_end = next(
+            (index for index in reversed(range(len(items))) if items[index].kind != "end"), -1
+        )
         for index, item in enumerate(items):
-            before = all(other.kind == "start" for other in items[:index])
-            after = all(other.kind == "end" for other in items[index + 1 :])
+            before = index <= first_not_start
+            after = index >= last_not_end
             if item.kind == "start" and not (at_start and before and not item.quantified):
                 return True
             if item.kind == "end" and not (at_end and after and not item.quantified):
