@@ -36,7 +36,7 @@ from harness.server import ApiServer, engine_core_process, start_api_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS
-from grammar_guard.vllm_adapter.frontend import PARSE_DEADLINE_S
+from grammar_guard.core.settings import Settings
 
 pytestmark = pytest.mark.engine
 
@@ -52,11 +52,11 @@ SERVER_ENV = {
     # compile isolation's subject (docs/compile-isolation.md), not this corpus's.
     "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": str(LANDING_BOUND_S),
 }
-# What any one request may take: the API process's parse deadline, the
+# What any one request may take: the API process's validation budget, the
 # two-phase compile timeout (queued, then compiling) and a few dozen decode
 # steps of the tiny model on a shared 2-core machine.
 GENERATION_ALLOWANCE_S = 30.0
-REQUEST_BOUND_S = PARSE_DEADLINE_S + 2 * COMPILE_TIMEOUT_S + GENERATION_ALLOWANCE_S
+REQUEST_BOUND_S = Settings().validation_budget_s + 2 * COMPILE_TIMEOUT_S + GENERATION_ALLOWANCE_S
 # How long the engine's compile workers may take to boot on a loaded machine.
 WORKERS_READY_BOUND_S = 300.0
 GOOD_CLIENTS = 2

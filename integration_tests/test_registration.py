@@ -84,6 +84,7 @@ def test_entry_point_installs_every_patch_once_in_a_fresh_process() -> None:
         "config_backend_name": True,
         "config_validator": True,
         "frontend_validation": True,
+        "validation_off_loop": True,
         "backend_construction": True,
         "request_admission": True,
         "failure_reasons_engine": True,

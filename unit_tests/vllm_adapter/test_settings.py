@@ -52,6 +52,7 @@ NUMBERS = {
     "GRAMMAR_GUARD_COMPILE_WORKER_MEMORY_MB": "3072",
     "GRAMMAR_GUARD_CACHE_DIR_MB": "2",
     "GRAMMAR_GUARD_UPGRADE_AFTER": "0",
+    "GRAMMAR_GUARD_VALIDATION_BUDGET_S": "0.5",
 }
 
 
@@ -70,6 +71,7 @@ def test_every_variable_is_read() -> None:
         compile_worker_memory_bytes=3072 * MIB,
         cache_dir_max_bytes=2 * MIB,
         upgrade_after=0,
+        validation_budget_s=0.5,
     )
 
 

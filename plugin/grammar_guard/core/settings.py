@@ -181,6 +181,7 @@ KNOWN_VARIABLES = frozenset(
         "UNENFORCED",
         "ENGINE",
         "UPGRADE_AFTER",
+        "VALIDATION_BUDGET_S",
         *_READ_ELSEWHERE,
     )
 )
@@ -275,6 +276,9 @@ class Settings:
     # The request of a key (counting the first) that starts its background
     # compile on the faster-masking engine; 0: never (docs/routing.md).
     upgrade_after: int = DEFAULT_UPGRADE_AFTER
+    # How long the API process judges one request's grammar before it answers
+    # that it could not (a 400); the work itself is bounded by the input limit.
+    validation_budget_s: float = 5.0
 
     @property
     def ttl_s(self) -> float:
@@ -333,4 +337,5 @@ class Settings:
             unenforced=unenforced_policy_from_env(environ),
             engine=engine_selection_from_env(environ),
             upgrade_after=count("UPGRADE_AFTER", defaults.upgrade_after, 0),
+            validation_budget_s=seconds("VALIDATION_BUDGET_S", defaults.validation_budget_s, 0.001),
         )

@@ -9,6 +9,8 @@ the original code unchanged:
    ``disable_any_whitespace``).
 2. ``SamplingParams._validate_structured_outputs``: validate grammar-guard
    requests in the API process with the plugin's own parser.
+   ``AsyncLLM.add_request``: the same judgement first, in a thread the
+   event loop awaits, so the synchronous one above finds it made.
 3. ``StructuredOutputManager.__init__``: build the grammar-guard backend when
    the engine core starts, not at the first structured request, so the
    warm-up file and the persistent cache are read before traffic arrives.
@@ -36,6 +38,8 @@ from grammar_guard.core.settings import Settings
 from grammar_guard.vllm_adapter.compat import installed_release
 
 if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
 CONFIG_VALIDATOR = "_validate_structured_output_config"
@@ -102,6 +106,19 @@ def frontend_validation(original: Callable[..., None]) -> Callable[..., None]:
         validate_structured_outputs(self, model_config, config, tokenizer)
 
     return validate
+
+
+def validation_off_loop(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def add_request(
+        self: AsyncLLM, request_id: str, prompt: Any, params: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        if getattr(params, "structured_outputs", None) is not None:
+            from grammar_guard.vllm_adapter.frontend import validate_off_loop
+
+            await validate_off_loop(params, self.vllm_config)
+        return await original(self, request_id, prompt, params, *args, **kwargs)
+
+    return add_request
 
 
 def _grammar_guard_backend(manager: StructuredOutputManager) -> GrammarGuardBackend:

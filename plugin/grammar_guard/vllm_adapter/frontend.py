@@ -18,11 +18,20 @@ naming each keyword and where it is, unless
 ``GRAMMAR_GUARD_UNENFORCED=warn``: then it is accepted, each keyword is
 logged with its location, and ``grammar_guard_unenforced_total{keyword=...}``
 counts it once per request.
+
+Nothing is judged on the API server's event loop: :func:`validate_off_loop`
+runs before vLLM's own (synchronous) validation, judges the request in the
+:class:`BoundedLanes` threads within ``GRAMMAR_GUARD_VALIDATION_BUDGET_S``
+and leaves its verdict on the request for :func:`validate_structured_outputs`
+to read. A request that takes longer to judge is refused with a 400 that
+says so, and so is one that finds its lane full; either way every other
+client, ``/health`` and ``/metrics`` keep being answered.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import asyncio
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING
 
@@ -30,6 +39,7 @@ from vllm.exceptions import VLLMValidationError
 from vllm.logger import init_logger
 
 from grammar_guard import BACKEND_NAME
+from grammar_guard.core.bounded_lanes import SMALL_INPUT_CHARS, BoundedLanes, bounded_size
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.input_limits import quoted_excerpt
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
@@ -37,37 +47,63 @@ from grammar_guard.core.routing import route
 from grammar_guard.core.schema.findings import Finding, iter_labels
 from grammar_guard.core.settings import (
     EngineSelection,
+    Settings,
     UnenforcedPolicy,
     engine_selection_from_env,
     unenforced_policy_from_env,
 )
-from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.core.spec import CompileOptions, GrammarSpec
 from grammar_guard.core.spec_memo import SpecMemo
 from grammar_guard.vllm_adapter.error_phrases import refusal_message
 from grammar_guard.vllm_adapter.metrics_export import add_local_source
+from grammar_guard.vllm_adapter.patching import plugin_state
 from grammar_guard.vllm_adapter.request_spec import (
     compile_options,
     requested_kind,
+    requested_value,
     spec_from_params,
 )
 
 if TYPE_CHECKING:
-    from vllm.config import ModelConfig
+    from vllm.config import ModelConfig, VllmConfig
     from vllm.config.structured_outputs import StructuredOutputsConfig
-    from vllm.sampling_params import SamplingParams
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
     from vllm.tokenizers import TokenizerLike
 
 logger = init_logger(__name__)
 
-# Parsing is normally sub-millisecond; the bound only matters for input that
-# makes the native parser blow up, which must not hold the request path.
-PARSE_DEADLINE_S = 10.0
-_parse_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grammar-guard-parse")
+_lanes = BoundedLanes("grammar-guard-validate")
 _refusals = SpecMemo[InvalidGrammarError]()
 # An accepted spec's findings, with the policy and selection it was judged under.
 _accepted = SpecMemo[tuple[UnenforcedPolicy, EngineSelection, tuple[Finding, ...]]]()
 _metrics = CacheMetrics()
 add_local_source(_metrics)
+# Where validate_off_loop leaves its verdict on the request's StructuredOutputsParams.
+_VERDICT = "verdict"
+_Verdict = tuple[GrammarSpec, tuple[Finding, ...]]
+
+
+async def validate_off_loop(params: SamplingParams, vllm_config: VllmConfig) -> None:
+    """Judge a grammar-guard request's grammar in the lanes, awaiting it within the budget.
+
+    The verdict is left on the request for :func:`validate_structured_outputs`,
+    which vLLM then calls on the event loop and which then does no work.
+    """
+    structured = params.structured_outputs
+    config = vllm_config.structured_outputs_config
+    if structured is None or config.backend != BACKEND_NAME or structured._backend:
+        return  # the synchronous validation refuses a pinned backend
+    try:
+        pending = _verdict(structured, compile_options(config))
+        if isinstance(pending, Future):
+            budget = Settings.from_env().validation_budget_s
+            try:
+                pending = await asyncio.wait_for(asyncio.wrap_future(pending), budget)
+            except TimeoutError:
+                raise _over_budget(structured, budget) from None
+    except InvalidGrammarError as exc:
+        raise _validation_error(structured, exc) from None
+    plugin_state(structured)[_VERDICT] = pending
 
 
 def validate_structured_outputs(
@@ -92,13 +128,13 @@ def validate_structured_outputs(
             f"This server uses the '{BACKEND_NAME}' structured-output backend; the request "
             f"asked for '{structured._backend}'. Remove '_backend' from the request."
         )
-    try:
-        spec = spec_from_params(structured, compile_options(config))
-        unenforced = _check_within_deadline(spec)
-    except InvalidGrammarError as exc:
-        raise VLLMValidationError(
-            refusal_message(requested_kind(structured), exc), parameter="structured_outputs"
-        ) from None
+    verdict = plugin_state(structured).pop(_VERDICT, None)
+    if verdict is None:  # not through AsyncLLM (LLM(...), say): this caller may block
+        try:
+            verdict = _wait(_verdict(structured, compile_options(config)), structured)
+        except InvalidGrammarError as exc:
+            raise _validation_error(structured, exc) from None
+    spec, unenforced = verdict
     if unenforced:
         _report_unenforced(spec, unenforced)
     structured._backend = BACKEND_NAME
@@ -106,29 +142,83 @@ def validate_structured_outputs(
     structured.__post_init__()
 
 
-def _check_within_deadline(spec: GrammarSpec) -> tuple[Finding, ...]:
-    """Parse ``spec``; the keywords accepted unenforced (warn mode), or raise why it is refused."""
-    if (known := _refusals.get(spec)) is not None:
-        raise known
+def _verdict(
+    structured: StructuredOutputsParams, options: CompileOptions
+) -> _Verdict | Future[_Verdict]:
+    """The verdict on a request's grammar, at once if it is small and known; else its future.
+
+    A small input is turned into its spec on the caller's thread (its text
+    is at most :data:`SMALL_INPUT_CHARS`), so a repeated spec is answered
+    from memory without a hop; anything else is judged in a lane. Raises
+    :class:`InvalidGrammarError` for a known refusal or a full lane.
+    """
     policy, selection = unenforced_policy_from_env(), engine_selection_from_env()
+    size = bounded_size(requested_value(structured), SMALL_INPUT_CHARS)
+    if size >= SMALL_INPUT_CHARS:
+        return _lanes.submit(
+            size, lambda: _judge(spec_from_params(structured, options), policy, selection)
+        )
+    spec = spec_from_params(structured, options)
+    if (known := _known(spec, policy, selection)) is not None:
+        return spec, known
+    return _lanes.submit(size, lambda: _judge(spec, policy, selection))
+
+
+def _known(
+    spec: GrammarSpec, policy: UnenforcedPolicy, selection: EngineSelection
+) -> tuple[Finding, ...] | None:
+    """The remembered findings of an accepted ``spec``; raise a remembered refusal; else None."""
+    if (refusal := _refusals.get(spec)) is not None:
+        raise refusal
     accepted = _accepted.get(spec)
     if accepted is not None and accepted[:2] == (policy, selection):
         return accepted[2]
-    future = _parse_pool.submit(route, spec, unenforced=policy, selection=selection)
+    return None
+
+
+def _judge(spec: GrammarSpec, policy: UnenforcedPolicy, selection: EngineSelection) -> _Verdict:
+    """Route ``spec`` (in a lane thread) and remember what was decided.
+
+    A verdict reached after its request gave up is remembered too: the
+    client's retry is then answered at once.
+    """
+    if (known := _known(spec, policy, selection)) is not None:
+        return spec, known
     try:
-        findings = future.result(timeout=PARSE_DEADLINE_S).findings
-    except FutureTimeout:
-        # Not remembered: a deadline miss may be load, not the grammar.
-        raise InvalidGrammarError(
-            f"{spec.kind.value} could not be parsed within {PARSE_DEADLINE_S:g} s; "
-            "simplify it (deeply nested repetition is the usual cause)"
-        ) from None
+        findings = route(spec, unenforced=policy, selection=selection).findings
     except InvalidGrammarError as exc:
         _refusals.remember(spec, exc)
         _metrics.count(Counter.COMPILE_ERRORS)
         raise
     _accepted.remember(spec, (policy, selection, findings))
-    return findings
+    return spec, findings
+
+
+def _wait(pending: _Verdict | Future[_Verdict], structured: StructuredOutputsParams) -> _Verdict:
+    if not isinstance(pending, Future):
+        return pending
+    budget = Settings.from_env().validation_budget_s
+    try:
+        return pending.result(timeout=budget)
+    except FutureTimeout:
+        pending.cancel()  # if it has not started, nothing runs for it
+        raise _over_budget(structured, budget) from None
+
+
+def _over_budget(structured: StructuredOutputsParams, budget: float) -> InvalidGrammarError:
+    kind = requested_kind(structured)
+    return InvalidGrammarError(
+        f"{kind.value if kind else 'structured_outputs'} could not be checked within "
+        f"{budget:g} s (GRAMMAR_GUARD_VALIDATION_BUDGET_S); simplify it"
+    )
+
+
+def _validation_error(
+    structured: StructuredOutputsParams, exc: InvalidGrammarError
+) -> VLLMValidationError:
+    return VLLMValidationError(
+        refusal_message(requested_kind(structured), exc), parameter="structured_outputs"
+    )
 
 
 def _report_unenforced(spec: GrammarSpec, findings: tuple[Finding, ...]) -> None:

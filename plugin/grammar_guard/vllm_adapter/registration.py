@@ -145,6 +145,17 @@ def _seams() -> dict[str, tuple[Patch, ...]]:
                 ("self", "model_config", "structured_outputs_config", "tokenizer"),
             ),
         ),
+        # Before the synchronous validation above runs on the event loop, the
+        # same judgement in a thread, awaited.
+        "validation_off_loop": (
+            FunctionWrap(
+                AsyncLLM,
+                "add_request",
+                backend_selection.validation_off_loop,
+                ("self", "request_id", "prompt", "params"),
+                more_parameters=True,
+            ),
+        ),
         "backend_construction": (
             FunctionWrap(
                 StructuredOutputManager,

@@ -7,6 +7,8 @@ engine compiles.
 
 from __future__ import annotations
 
+from typing import Any
+
 from vllm.config.structured_outputs import StructuredOutputsConfig
 from vllm.sampling_params import StructuredOutputsParams
 from vllm.v1.structured_output.backend_types import StructuredOutputOptions
@@ -48,9 +50,21 @@ _KIND_BY_FIELD = {
 
 def requested_kind(params: StructuredOutputsParams) -> RequestKind | None:
     """The kind of constraint ``params`` asks for, even one that cannot be turned into a spec."""
-    for name, kind in _KIND_BY_FIELD.items():
-        if getattr(params, name, None) not in (None, False):  # json_object=False asks nothing
-            return kind
+    found = _requested_field(params)
+    return None if found is None else _KIND_BY_FIELD[found[0]]
+
+
+def requested_value(params: StructuredOutputsParams) -> Any:
+    """The request's value for that constraint (a schema, a regex, choices...), or None."""
+    found = _requested_field(params)
+    return None if found is None else found[1]
+
+
+def _requested_field(params: StructuredOutputsParams) -> tuple[str, Any] | None:
+    for name in _KIND_BY_FIELD:
+        value = getattr(params, name, None)
+        if value not in (None, False):  # json_object=False asks nothing
+            return name, value
     return None
 
 
