@@ -34,6 +34,7 @@ EXPORTED = {
     "grammar_guard_compile_errors_total",
     "grammar_guard_compile_timeouts_total",
     "grammar_guard_compile_crashes_total",
+    "grammar_guard_quick_compile_overruns_total",
     "grammar_guard_escalations_total",
     "grammar_guard_evictions_total",
     "grammar_guard_cache_bytes",

@@ -33,10 +33,12 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from grammar_guard.core.cache import Admission, Clock, DeadlineWatcher, GrammarCache
+from grammar_guard.core.compile_threads import on_calling_thread_only
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler, planner
 from grammar_guard.core.disk_store import DiskStore
-from grammar_guard.core.metrics import CacheMetrics, LabelledCounter
+from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
 from grammar_guard.core.priority import lower_current_thread
+from grammar_guard.core.quick_budget import QuickCompileBudget
 from grammar_guard.core.upgrades import MaskCost, Upgrades
 
 if TYPE_CHECKING:
@@ -45,9 +47,12 @@ if TYPE_CHECKING:
     from grammar_guard.core.spec import GrammarSpec
 
 
-# Quick compiles take milliseconds each; two threads keep a burst of new keys
-# moving without taking every core from the decoding loop.
+# Quick compiles take milliseconds each; two at a time keep a burst of new
+# keys moving without taking every core from the decoding loop.
 QUICK_LANE_THREADS = 2
+# Quick compiles demoted for overrunning their CPU budget that may run on at
+# once (each on a spare thread of the lane), see quick_budget.py.
+MAX_DEMOTED_QUICK_COMPILES = 2
 # Larger specs go to the isolated lane whatever the engine predicts: judging
 # one means parsing it, which must not happen on the thread admitting requests.
 QUICK_LANE_MAX_CHARS = 16 * 1024
@@ -114,6 +119,7 @@ class _Lane(Executor):
 
     def _run(self, task: Callable[[], Any]) -> Any:
         self._deferred.tasks = []
+        self._deferred.lane = self
         try:
             return task()
         finally:
@@ -128,7 +134,9 @@ class _CompilePool:
       which, before compiling) at the engine's own priority: a new key's
       first request is served within about its compile time even while
       every core is busy decoding, where a thread at nice +19 would get a
-      seventieth of a core.
+      seventieth of a core. Two compile at a time; the lane's spare
+      threads carry compiles demoted for overrunning their CPU budget
+      (:mod:`grammar_guard.core.quick_budget`).
     - The isolated lane runs every other compile, in a worker process at
       ``GRAMMAR_GUARD_COMPILE_NICENESS`` by default, so that seconds of
       compiling never slow the engine's decoding loop. With in-thread
@@ -152,7 +160,7 @@ class _CompilePool:
         self._deferred = threading.local()
         self.quick = _Lane(
             "grammar-guard-quick-compile",
-            QUICK_LANE_THREADS,
+            QUICK_LANE_THREADS + MAX_DEMOTED_QUICK_COMPILES,
             follow_ups,
             self.tracked,
             self._deferred,
@@ -175,6 +183,10 @@ class _CompilePool:
             self._deferred,
             **_thread_priority(settings, lowered=lowered),
         )
+
+    def in_quick_lane(self) -> bool:
+        """Whether the calling thread runs a task of the quick lane."""
+        return getattr(self._deferred, "lane", None) is self.quick
 
     def defer(self, task: Callable[[], None]) -> None:
         """Run ``task`` (elsewhere) after the current task returns; call from a compile task."""
@@ -209,10 +221,11 @@ class CompileService:
     """Compiled grammars for one engine, under the cache's rules.
 
     ``clock`` drives the cache and its deadline watcher (tests pass their
-    own). ``compiler`` runs every compile whose plan is not quick (all of a
+    own). ``compiler`` runs every compile outside the quick lane (all of a
     plain engine's); it defaults to compiling in the pool's threads. Quick
-    ones compile in the quick lane's own threads. ``mask_cost`` times masks
-    for an upgrade's trial (see ``upgrades``; tests pass their own).
+    ones compile in the quick lane's own threads, under ``quick_budget``
+    (tests pass their own). ``mask_cost`` times masks for an upgrade's
+    trial (see ``upgrades``; tests pass their own).
     """
 
     def __init__(
@@ -224,6 +237,7 @@ class CompileService:
         metrics: CacheMetrics | None = None,
         clock: Clock = time.monotonic,
         mask_cost: MaskCost | None = None,
+        quick_budget: QuickCompileBudget | None = None,
     ) -> None:
         self.engine = engine
         self.settings = settings
@@ -247,6 +261,13 @@ class CompileService:
                 **_thread_priority(settings, lowered=lowered),
             )
         self._pool = _CompilePool(settings, self._start_write, lowered=lowered)
+        self._quick_budget = quick_budget or QuickCompileBudget(
+            places=QUICK_LANE_THREADS,
+            max_demoted=MAX_DEMOTED_QUICK_COMPILES,
+            niceness=settings.compile_niceness,
+            on_demote=functools.partial(self.metrics.count, Counter.QUICK_COMPILE_OVERRUNS),
+        )
+        self._quick_budget.start_watching()
         self._plan = planner(engine)
         self._watcher = DeadlineWatcher(clock)
         self.cache: GrammarCache[GrammarSpec, CompiledGrammar] = GrammarCache(
@@ -311,6 +332,7 @@ class CompileService:
         before shutdown is not lost.
         """
         self._watcher.stop()
+        self._quick_budget.stop_watching()
         self.cache.close(reason)
         self._pool.shutdown()
         self._compiler.close()
@@ -323,9 +345,9 @@ class CompileService:
 
     def _lane_for(self, spec: GrammarSpec) -> Executor:
         # Runs on the admitting thread: a large spec is not even parsed there.
-        # A quick one still compiles in a thread, on the isolated lane.
         small = len(spec.text) < QUICK_LANE_MAX_CHARS
-        return self._pool.quick if small and self._plan(spec).quick else self._pool.isolated
+        quick = small and self._plan(spec).quick and self._quick_budget.admits(spec)
+        return self._pool.quick if quick else self._pool.isolated
 
     def _load_or_compile(self, spec: GrammarSpec) -> CompiledGrammar:
         """The cache's compile function, run on the compile pool: the stored copy, or a compile."""
@@ -333,8 +355,11 @@ class CompileService:
         if store is not None and (loaded := store.load(spec)) is not None:
             return loaded
         plan = self._plan(spec)
-        compiler = self._in_thread if plan.quick else self._compiler
-        result = compiler.compile(spec, plan.part)
+        if self._pool.in_quick_lane():
+            with self._quick_budget.compiling(spec), on_calling_thread_only():
+                result = self._in_thread.compile(spec, plan.part)
+        else:
+            result = self._compiler.compile(spec, plan.part)
         self.metrics.count_labelled(LabelledCounter.COMPILES_BY_ENGINE, result.compiled.engine_name)
         self._store_later(spec, result)
         return result.compiled

@@ -26,6 +26,8 @@ class Counter(enum.Enum):
     COMPILE_TIMEOUTS = "compile_timeouts"
     # Compiles whose worker process died under them (not the hard-limit kill).
     COMPILE_CRASHES = "compile_crashes"
+    # Quick-lane compiles demoted for overrunning their CPU budget (quick_budget.py).
+    QUICK_COMPILE_OVERRUNS = "quick_compile_overruns"
     ESCALATIONS = "escalations"
     EVICTIONS = "evictions"
     # The persistent cache (GRAMMAR_GUARD_CACHE_DIR); zero while it is off.

@@ -24,9 +24,13 @@ def lower_current_thread(niceness: int) -> None:
     forbids it) leaves compiles at the engine's priority, which is slower for
     others, not wrong.
     """
+    lower_thread(threading.get_native_id(), niceness)
+
+
+def lower_thread(native_id: int, niceness: int) -> None:
+    """Add ``niceness`` to the nice value of this process's thread ``native_id``, if allowed."""
     if niceness <= 0 or not hasattr(os, "setpriority"):
         return
-    thread = threading.get_native_id()
     with contextlib.suppress(OSError):
-        current = os.getpriority(os.PRIO_PROCESS, thread)
-        os.setpriority(os.PRIO_PROCESS, thread, min(MAX_NICENESS, current + niceness))
+        current = os.getpriority(os.PRIO_PROCESS, native_id)
+        os.setpriority(os.PRIO_PROCESS, native_id, min(MAX_NICENESS, current + niceness))

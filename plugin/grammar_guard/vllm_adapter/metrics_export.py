@@ -70,6 +70,8 @@ _HELP = {
     Counter.COMPILE_TIMEOUTS: "Compiles that outlived their requests' timeout (once per compile).",
     Counter.COMPILE_CRASHES: "Compiles whose worker process died under them (a signal, an "
     "exit), the hard-limit kill excepted; the key is compiled again after the marker's TTL.",
+    Counter.QUICK_COMPILE_OVERRUNS: "Compiles in the engine's process past their CPU budget, "
+    "demoted to a lower priority; their key's retries compile in a worker process.",
     Counter.ESCALATIONS: "Keys refused for good after too many timeouts or worker deaths.",
     Counter.EVICTIONS: "Entries evicted to stay under the byte or entry bound.",
     Counter.DISK_HITS: "Cache fills loaded from the persistent cache folder instead of compiled.",
