@@ -113,6 +113,14 @@ def small_llguidance() -> LLGuidanceEngine:
 
 
 @pytest.fixture(scope="session")
+def model_tokenizer() -> Any:
+    """The tiny model's real 129k-token tokenizer: for what only a full vocabulary shows."""
+    from benchmarks.vocabulary import deepseek_tokenizer
+
+    return deepseek_tokenizer()
+
+
+@pytest.fixture(scope="session")
 def routed(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> RoutedEngine:
     """Both small engines, routed per spec as the backend routes them."""
     return RoutedEngine(small.engine, small_llguidance)

@@ -251,12 +251,15 @@ def test_json_objects_are_closed_where_xgrammar_closes_them(
 def test_a_format_llguidance_writes_loosely_is_refused_where_it_is(
     small_llguidance: LLGuidanceEngine,
 ) -> None:
-    schema = {"type": "object", "properties": {"day": {"type": "string", "format": "date"}}}
+    # Not "date": that one is rewritten as an exact pattern (schema/formats.py).
+    schema = {"type": "object", "properties": {"host": {"type": "string", "format": "hostname"}}}
     spec = _spec(RequestKind.JSON_SCHEMA, schema)
-    with pytest.raises(UnenforcedKeywordError, match="'format: date' at /properties/day/format"):
+    with pytest.raises(
+        UnenforcedKeywordError, match="'format: hostname' at /properties/host/format"
+    ):
         small_llguidance.compile(spec)
     findings = LLGuidanceEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
-    assert [finding.label for finding in findings] == ["format: date"]
+    assert [finding.label for finding in findings] == ["format: hostname"]
 
 
 def test_a_refused_token_leaves_the_matcher_where_it_was(
@@ -304,3 +307,42 @@ def test_a_grammar_past_llguidances_lexer_limit_ends_its_request_as_the_clients_
     assert failure is FailureClass.INVALID
     assert "grew past llguidance's limits while decoding: lexer error" in why
     assert "<state>" not in why  # the cause, not llguidance's state dump
+
+
+def test_a_token_past_llguidances_parser_limit_ends_its_request_as_the_clients_error(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    """A choice of more alternatives than llguidance keeps in one parser row.
+
+    The first mask allows "w"; taking it goes past the row limit, and the
+    matcher refuses the very token it allowed: once a server error (a 500,
+    "the grammar rejected sampled token"), now the client's, with the cause.
+    """
+    grammar = "root ::= " + " | ".join(f'"w{number}"' for number in range(3000))
+    compiled = small_llguidance.compile(_spec(RequestKind.GRAMMAR, grammar))
+    matcher = small_llguidance.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    ended: list[tuple[str, FailureClass]] = []
+    guard = GuardedMatcher(
+        matcher,
+        "wide",
+        end_request=lambda request_id, why, failure: ended.append((why, failure)),
+        report_fault=lambda label, fault: None,
+    )
+    guard.fill_bitmask(torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32), 0)
+    assert guard.accept_tokens("req", [VOCAB.index("w")]) is False
+    ((why, failure),) = ended
+    assert failure is FailureClass.INVALID
+    assert "grew past llguidance's limits while decoding" in why and "max is" in why
+
+
+def test_a_grammar_past_llguidances_limits_at_its_first_mask_says_so(
+    model_tokenizer: Any,
+) -> None:
+    # Not "allows no output at all": the grammar is satisfiable, only too large
+    # for llguidance's lexer over a full vocabulary (the small one stays under).
+    engine = LLGuidanceEngine.for_hf_tokenizer(
+        model_tokenizer, len(model_tokenizer), stop_token_ids=[1]
+    )
+    regex = "".join(f"[^{letter}]{{0,63}}" for letter in "abcdefgh")
+    with pytest.raises(InvalidGrammarError, match="past llguidance's limits: lexer error"):
+        engine.compile(_spec(RequestKind.REGEX, regex))

@@ -27,6 +27,7 @@ from grammar_guard.core.engine_common import (
 )
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.llguidance_rewrite import GRAMMAR_REWRITES, validated
+from grammar_guard.core.schema.rewrite import REWRITE_VERSION
 from grammar_guard.core.settings import UnenforcedPolicy
 
 if TYPE_CHECKING:
@@ -106,7 +107,14 @@ class LLGuidanceMatcher:
         # try_consume, not consume: a refused token leaves the matcher where
         # it was, as xgrammar's does (vLLM checks draft tokens this way), where
         # consume would put it in an error state for good.
-        return self._matcher.try_consume_tokens([token_id]) == 1
+        if self._matcher.try_consume_tokens([token_id]) == 1:
+            return True
+        if self._matcher.is_error():
+            # The token was allowed, but taking it went past one of llguidance's
+            # limits (a parser row of more items than it keeps, say): not a
+            # sampling fault but the grammar's size, so the request ends with it.
+            raise self._past_limits()
+        return False
 
     def rollback(self, num_tokens: int) -> None:
         if num_tokens <= 0:
@@ -123,14 +131,17 @@ class LLGuidanceMatcher:
             # Past one of llguidance's limits (its lexer's size, say), it allows
             # only the stop token, which it then refuses: a dead end the
             # grammar's size caused, so the request ends with the reason.
-            raise InvalidGrammarError(
-                f"the grammar grew past llguidance's limits while decoding: {_summary(self.error)}"
-            )
+            raise self._past_limits()
         if self._ends != self._eos_ids:
             self._fix_stop_bits(_words(bitmask), row)
 
     def is_terminated(self) -> bool:
         return self._ended
+
+    def _past_limits(self) -> InvalidGrammarError:
+        return InvalidGrammarError(
+            f"the grammar grew past llguidance's limits while decoding: {_summary(self.error)}"
+        )
 
     def reset(self) -> None:
         self._ended = False
@@ -303,7 +314,9 @@ class LLGuidanceEngine:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        return engine_fingerprint(ENGINE_NAME, self._identity, self._unenforced, GRAMMAR_REWRITES)
+        return engine_fingerprint(
+            ENGINE_NAME, self._identity, self._unenforced, GRAMMAR_REWRITES, REWRITE_VERSION
+        )
 
     @functools.cached_property
     def _identity(self) -> str:
@@ -369,4 +382,9 @@ class LLGuidanceEngine:
             return True
         bitmask = llguidance_torch.allocate_token_bitmask(1, self.vocab_size)
         llguidance_torch.fill_next_token_bitmask(matcher, bitmask, 0)
-        return bool(bitmask.any()) and not matcher.is_error()
+        if matcher.is_error():
+            # Past a limit already at its first mask: say which, not "unsatisfiable".
+            raise InvalidGrammarError(
+                f"the grammar is past llguidance's limits: {_summary(matcher.get_error())}"
+            )
+        return bool(bitmask.any())
