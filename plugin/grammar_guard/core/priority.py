@@ -12,6 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # The range of nice increments POSIX systems accept.
 MAX_NICENESS = 19
@@ -34,3 +38,31 @@ def lower_thread(native_id: int, niceness: int) -> None:
     with contextlib.suppress(OSError):
         current = os.getpriority(os.PRIO_PROCESS, native_id)
         os.setpriority(os.PRIO_PROCESS, native_id, min(MAX_NICENESS, current + niceness))
+
+
+def run_lowered(task: Callable[[], T], niceness: int) -> T:
+    """``task()``, run on a thread of its own at ``niceness`` above the caller's nice value.
+
+    For native work that releases the GIL (loading a compiled grammar): on a
+    lowered thread it takes only the CPU the engine leaves, and with the GIL
+    released it cannot hold the engine's loop while the scheduler passes it
+    over. A nice value only ever goes up, hence the thread of its own.
+    """
+    if niceness <= 0:
+        return task()
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        lower_current_thread(niceness)
+        try:
+            outcome.append(task())
+        except BaseException as exc:  # handed to the caller, whatever it is
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="grammar-guard-lowered")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]

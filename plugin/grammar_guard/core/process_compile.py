@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 from grammar_guard.core.compilers import Compiler, CompileResult, InThreadCompiler, compile_with
 from grammar_guard.core.errors import CompileCrashedError, InvalidGrammarError
+from grammar_guard.core.priority import run_lowered
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, CompileIsolation
 
 if TYPE_CHECKING:
@@ -181,7 +182,10 @@ class ProcessCompiler:
             raise
         self._give_back(worker)
         if tag == _COMPILED:
-            return CompileResult(self._engine.deserialize(payload), payload)
+            # Loading can cost as much as compiling (llguidance builds its
+            # matcher again from the grammar): below the engine's priority too.
+            loaded = run_lowered(lambda: self._engine.deserialize(payload), self._niceness)
+            return CompileResult(loaded, payload)
         reason = payload.decode(errors="replace")
         if tag == _INVALID:
             raise InvalidGrammarError(reason)
