@@ -38,6 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 SPAWNED_RUN_LIMIT_S = 900
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``after_other_users`` run last: what they leave behind cannot reach others."""
+    items.sort(key=lambda item: item.get_closest_marker("after_other_users") is not None)
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> str:
     return str(build_tiny_model())
