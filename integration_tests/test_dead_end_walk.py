@@ -232,3 +232,54 @@ def test_vllms_test_schema_is_served_and_ends_after_its_last_property(
     spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, LISTED_PATTERN_SCHEMA, options)
     compiled = engines.routed.compile(spec)  # raises if refused
     assert _dead_end(engines.routed, compiled, engines.walker, "vLLM's test schema") is None
+
+
+# Hostile specs as a client may send them: repeat counts past every engine's
+# limit and past Python's int conversion, an unused definition holding one,
+# bounds no machine word holds, more alternatives than llguidance keeps.
+HOSTILE_SPECS: dict[str, tuple[RequestKind, Any]] = {
+    "a repeat count past the lexer's limit": (RequestKind.REGEX, "a{99999999}"),
+    "a 5,000-digit repeat count": (RequestKind.REGEX, "a{" + "9" * 5000 + "}"),
+    "an unused definition with a 400-digit count": (
+        RequestKind.JSON_SCHEMA,
+        {"type": "string", "maxLength": 10, "$defs": {"u": {"pattern": "a{" + "9" * 400 + "}"}}},
+    ),
+    "bounds past any machine word": (
+        RequestKind.JSON_SCHEMA,
+        {
+            "type": "object",
+            "properties": {"n": {"type": "integer", "minimum": 10**30, "maximum": 10**40}},
+            "required": ["n"],
+        },
+    ),
+    "a length bound of 2**64": (RequestKind.JSON_SCHEMA, {"type": "string", "maxLength": 2**64}),
+    "3,000 alternatives": (
+        RequestKind.GRAMMAR,
+        "root ::= " + " | ".join(f'"w{number}"' for number in range(3000)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_SPECS)
+@pytest.mark.parametrize("engine_name", EngineName, ids=lambda name: name.value)
+def test_a_hostile_spec_is_refused_served_or_ended_in_the_plugins_words(
+    engines: Engines, engine_name: EngineName, name: str
+) -> None:
+    """Refused at compile, walked without a dead end, or ended by the matcher with its reason.
+
+    Any of these reaches the client as a 400 naming the cause or as valid
+    output; a dead end, or an error that is not the plugin's, would be a 500.
+    Each engine alone, as routing or a forced GRAMMAR_GUARD_ENGINE may use it.
+    """
+    kind, source = HOSTILE_SPECS[name]
+    spec = GrammarSpec.build(kind, source, OPTIONS["compact"])
+    engine = engines.by_name[engine_name]
+    try:
+        compiled = engine.compile(spec)
+    except InvalidGrammarError:
+        return
+    try:
+        dead_end = _dead_end(engine, compiled, engines.walker, name)
+    except InvalidGrammarError:
+        return
+    assert dead_end is None, dead_end
