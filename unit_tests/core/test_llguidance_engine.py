@@ -283,6 +283,25 @@ def test_a_pattern_whose_whitespace_class_llguidance_reads_narrower_is_refused()
     assert LLGuidanceEngine.check(plain) == ()
 
 
+def _first_step_ends(
+    engine: LLGuidanceEngine, spec: GrammarSpec, token: int
+) -> tuple[str, FailureClass]:
+    """Why a guarded request of ``spec`` ends at its first step, sampling ``token``."""
+    compiled = engine.compile(spec)
+    matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    ended: list[tuple[str, FailureClass]] = []
+    guard = GuardedMatcher(
+        matcher,
+        spec.describe(),
+        end_request=lambda request_id, why, failure: ended.append((why, failure)),
+        report_fault=lambda label, fault: None,
+    )
+    guard.fill_bitmask(torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32), 0)
+    assert guard.accept_tokens("req", [token]) is False
+    ((why, failure),) = ended
+    return why, failure
+
+
 def test_a_grammar_past_llguidances_lexer_limit_ends_its_request_as_the_clients_error(
     small_llguidance: LLGuidanceEngine,
 ) -> None:
@@ -292,18 +311,8 @@ def test_a_grammar_past_llguidances_lexer_limit_ends_its_request_as_the_clients_
     once ended the request as a server error ("the grammar rejected sampled
     token"). The matcher says why instead, and the guard makes it the client's.
     """
-    compiled = small_llguidance.compile(_spec(RequestKind.REGEX, "a{99999999}"))
-    matcher = small_llguidance.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
-    ended: list[tuple[str, FailureClass]] = []
-    guard = GuardedMatcher(
-        matcher,
-        "huge",
-        end_request=lambda request_id, why, failure: ended.append((why, failure)),
-        report_fault=lambda label, fault: None,
-    )
-    guard.fill_bitmask(torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32), 0)
-    assert guard.accept_tokens("req", [VOCAB.index(EOS)]) is False
-    ((why, failure),) = ended
+    spec = _spec(RequestKind.REGEX, "a{99999999}")
+    why, failure = _first_step_ends(small_llguidance, spec, VOCAB.index(EOS))
     assert failure is FailureClass.INVALID
     assert "grew past llguidance's limits while decoding: lexer error" in why
     assert "<state>" not in why  # the cause, not llguidance's state dump
@@ -319,18 +328,8 @@ def test_a_token_past_llguidances_parser_limit_ends_its_request_as_the_clients_e
     "the grammar rejected sampled token"), now the client's, with the cause.
     """
     grammar = "root ::= " + " | ".join(f'"w{number}"' for number in range(3000))
-    compiled = small_llguidance.compile(_spec(RequestKind.GRAMMAR, grammar))
-    matcher = small_llguidance.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
-    ended: list[tuple[str, FailureClass]] = []
-    guard = GuardedMatcher(
-        matcher,
-        "wide",
-        end_request=lambda request_id, why, failure: ended.append((why, failure)),
-        report_fault=lambda label, fault: None,
-    )
-    guard.fill_bitmask(torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32), 0)
-    assert guard.accept_tokens("req", [VOCAB.index("w")]) is False
-    ((why, failure),) = ended
+    spec = _spec(RequestKind.GRAMMAR, grammar)
+    why, failure = _first_step_ends(small_llguidance, spec, VOCAB.index("w"))
     assert failure is FailureClass.INVALID
     assert "grew past llguidance's limits while decoding" in why and "max is" in why
 

@@ -63,12 +63,17 @@ class _HeldCompile:
         self.native_id = 0
         self._thread = threading.Thread(target=self._run, args=(budget, key))
         self._thread.start()
+        assert self.inside.wait(HANG_GUARD_S), "the compile never got a place"
 
     def _run(self, budget: QuickCompileBudget, key: str) -> None:
         with budget.compiling(key):
             self.ident, self.native_id = threading.get_ident(), threading.get_native_id()
             self.inside.set()
             self.release.wait(HANG_GUARD_S)
+
+    def spend(self, cpu: _FakeCpu, seconds: float) -> None:
+        """Its thread's CPU clock reads ``seconds`` past its start from now on."""
+        cpu.seconds[self.ident] = seconds
 
     def finish(self) -> None:
         self.release.set()
@@ -79,8 +84,7 @@ def test_a_compile_within_its_budget_is_left_alone() -> None:
     cpu, demoted = _FakeCpu(), []
     budget = _budget(cpu, demoted)
     held = _HeldCompile(budget, "cheap")
-    assert held.inside.wait(HANG_GUARD_S)
-    cpu.seconds[held.ident] = 0.9
+    held.spend(cpu, 0.9)
     budget.check()
     held.finish()
     assert demoted == [] and budget.admits("cheap")
@@ -90,15 +94,12 @@ def test_an_overrun_is_demoted_gives_its_place_back_and_its_key_leaves_the_lane(
     cpu, demoted = _FakeCpu(), []
     budget = _budget(cpu, demoted, places=1, max_demoted=2)
     hostile = _HeldCompile(budget, "hostile")
-    assert hostile.inside.wait(HANG_GUARD_S)
-    cpu.seconds[hostile.ident] = 1.5
+    hostile.spend(cpu, 1.5)
     budget.check()
     assert demoted == [(hostile.native_id, NICENESS)]
     assert not budget.admits("hostile")  # its retries go to a worker
     assert budget.admits("cheap")
-    cheap = _HeldCompile(budget, "cheap")  # the lane's only place is free again
-    assert cheap.inside.wait(HANG_GUARD_S)
-    cheap.finish()
+    _HeldCompile(budget, "cheap").finish()  # the lane's only place is free again
     hostile.finish()
     assert not budget.admits("hostile")
 
@@ -107,8 +108,7 @@ def test_while_the_most_demoted_compiles_run_the_lane_takes_no_key() -> None:
     cpu, demoted = _FakeCpu(), []
     budget = _budget(cpu, demoted, places=1, max_demoted=1)
     hostile = _HeldCompile(budget, "hostile")
-    assert hostile.inside.wait(HANG_GUARD_S)
-    cpu.seconds[hostile.ident] = 2.0
+    hostile.spend(cpu, 2.0)
     budget.check()
     assert not budget.admits("cheap")
     hostile.finish()
