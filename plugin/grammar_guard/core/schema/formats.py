@@ -1,0 +1,380 @@
+"""Exact regular expressions for JSON-Schema ``format`` values (draft 2020-12).
+
+A schema ``{"type": "string", "format": F}`` can be enforced by either grammar
+engine as ``{"type": "string", "pattern": format_pattern(F)}``: each pattern
+here accepts exactly the strings the format's RFC grammar accepts, as the
+JSON-Schema-Test-Suite (``tests/draft2020-12/optional/format/<F>.json``) reads
+it. Patterns are matched against the decoded string value and anchored with
+``^(?:...)$``, so they mean the same whether an engine searches or matches.
+
+Only features both xgrammar and llguidance enforce are used: no lookaround,
+backreferences, ``\\b``, inner anchors, ``\\d``, ``\\w`` or ``\\s``; ASCII
+ranges are spelled out, and non-ASCII ranges (IRIs, URI templates) are written
+as the literal characters rather than ``\\u`` escapes.
+
+Choices where the RFC text leaves room, made the way the test suite reads it:
+
+- ``date``/``time``/``date-time`` (RFC 3339 section 5.6): ``T`` and ``Z`` in
+  either case; Feb 29 only in Gregorian leap years; second 60 only when the
+  time, less its offset, is 23:59 UTC (so ``01:29:60+01:30`` is a leap
+  second), on any date, as the suite does not tie leap seconds to a calendar.
+- ``duration`` (RFC 3339 appendix A): the designators are ABNF quoted strings,
+  so they match in either case, as ``T`` and ``Z`` do.
+- ``ipv4`` (RFC 2673 dotted-quad): no leading zeros (``01``), as in RFC 3986's
+  ``dec-octet`` and the IPv4 tail of ``ipv6``.
+- ``email`` (RFC 5321 ``Mailbox``): the ABNF without the length limits of its
+  section 4.5.3; address literals are IPv4 or IPv6 only, the only tags
+  registered for RFC 5321's General-address-literal.
+- ``uri-template`` (RFC 6570): literals include the apostrophe (erratum to the
+  ABNF, which the suite follows); the reserved operators ``=,!@|`` are kept,
+  as the ABNF has them.
+- ``relative-json-pointer``: draft-handrews-relative-json-pointer-01, the
+  version 2020-12 cites (no index manipulation).
+
+Formats left out, which stay refused where an engine does not enforce them:
+
+- ``hostname``, ``idn-hostname``, ``idn-email``: a label ``xn--...`` (or a
+  U-label) is valid only if it decodes (Punycode) to a string that passes the
+  IDNA2008 tables and context rules; the suite tests those rules.
+- ``regex`` (and ``ecmascript-regex.json``, which tests it too): ECMA-262
+  patterns nest groups to any depth, which no regular expression can check.
+- Unknown formats: there is nothing to enforce.
+
+Engine notes (measured; unit_tests/core/test_format_patterns.py pins them):
+
+- xgrammar matches a pattern against the raw JSON text, so it never writes a
+  character JSON escapes (``"``, ``\\``, U+0000-U+001F): it refuses the valid
+  ``json-pointer`` and ``relative-json-pointer`` values holding one, and every
+  quoted ``email`` local part (``"joe bloggs"@example.com``). These are
+  over-constraints, never invalid output; the plugin's analysis refuses the
+  ``email`` pattern for xgrammar outright (its literal quote). llguidance
+  enforces all of them exactly.
+- xgrammar 0.2.8 misreads ``(?:b*c)?`` in a JSON-schema pattern (it accepts
+  "b"), so optional groups are written ``{0,1}`` (see :func:`_optional`).
+- Compile cost, ``{"type": "string", "pattern": P}`` with the 129k-token
+  DeepSeek tokenizer, on a busy 2-core machine: under 15 ms on both engines
+  for ``date``, ``duration``, ``ipv4``, ``uuid``, ``json-pointer`` and
+  ``relative-json-pointer``; ``ipv6`` and ``email`` 25-90 ms on xgrammar.
+  Slow on xgrammar: ``uri`` ~80-140 ms, ``uri-reference`` ~100-270 ms,
+  ``iri`` ~115-130 ms, ``iri-reference`` ~160-255 ms, ``uri-template``
+  ~120 ms (the non-ASCII ranges next to expressions), and ``time`` /
+  ``date-time`` ~370-530 ms. llguidance takes under 10 ms for all but
+  ``time`` / ``date-time`` (40-115 ms with its first mask). The time
+  patterns are large (about 54 kB): a leap second is valid only when the
+  local time less its offset is 23:59, and that ties the hh:mm before the
+  fractional seconds to the offset after them, so each of the 1440 local
+  times gets its own branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+# --- helpers ---------------------------------------------------------------
+
+
+def _group(*alternatives: str) -> str:
+    """A non-capturing group of the alternatives (one alternative is grouped too)."""
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def _optional(piece: str) -> str:
+    # "{0,1}" rather than "?": xgrammar 0.2.8's JSON-schema patterns read
+    # "(?:b*c)?" as if the group could stop before its "c" (it accepts "b"),
+    # whenever the group starts with a "*" or "+" item; "{0,1}" is read right.
+    return _group(piece) + "{0,1}"
+
+
+def _whole(piece: str) -> str:
+    # Grouped first: "^a|b$" would anchor each side of a top-level "|" only once.
+    return "^" + _group(piece) + "$"
+
+
+def _either_case(text: str) -> str:
+    """``text`` with each letter in either case, as ABNF quoted strings match (RFC 5234 2.3)."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in text)
+
+
+def _char_range(low: int, high: int) -> str:
+    """A class range written with the literal characters, which both engines read as code points."""
+    return f"{chr(low)}-{chr(high)}"
+
+
+# --- shared ABNF pieces (RFC 5234 appendix B, RFC 3986) ----------------------
+
+_HEXDIG = "[0-9A-Fa-f]"  # HEXDIG's "A"-"F" are case-insensitive strings
+_PCT_ENCODED = f"%{_HEXDIG}{_HEXDIG}"
+
+# RFC 3986 dec-octet: 0-255 without leading zeros.
+_DEC_OCTET = _group("25[0-5]", "2[0-4][0-9]", "1[0-9][0-9]", "[1-9]?[0-9]")
+_IPV4 = f"{_DEC_OCTET}(?:\\.{_DEC_OCTET}){{3}}"
+
+_H16 = f"{_HEXDIG}{{1,4}}"
+_LS32 = _group(f"{_H16}:{_H16}", _IPV4)
+
+
+def _ipv6() -> str:
+    """RFC 3986 section 3.2.2 ``IPv6address``: eight 16-bit pieces, a run of them elided by "::".
+
+    Each branch fixes what follows "::" (a weight in pieces, ``ls32`` counting
+    two) and lets up to ``7 - weight`` pieces come before it, so "::" always
+    stands for at least one piece.
+    """
+    full = f"(?:{_H16}:){{6}}{_LS32}"
+    tails = [(f"(?:{_H16}:){{{count}}}{_LS32}", count + 2) for count in range(5, -1, -1)]
+    tails += [(_H16, 1), ("", 0)]
+    return _group(full, *(_pieces_before(7 - weight) + "::" + tail for tail, weight in tails))
+
+
+def _pieces_before(most: int) -> str:
+    """Up to ``most`` colon-separated pieces ahead of "::"."""
+    if most == 0:
+        return ""
+    if most == 1:
+        return _optional(_H16)
+    return _optional(f"(?:{_H16}:){{0,{most - 1}}}{_H16}")
+
+
+_IPV6 = _ipv6()
+
+# --- RFC 3339 dates and times ------------------------------------------------
+
+_YEAR = "[0-9]{4}"
+# Two digits that are a multiple of 4: 00-96, and 04-96 without 00.
+_MULTIPLE_OF_4 = _group("[02468][048]", "[13579][26]")
+_NONZERO_MULTIPLE_OF_4 = _group("0[48]", "[2468][048]", "[13579][26]")
+# Divisible by 4 but not by 100 (the last two digits decide), or by 400 (the
+# last two are 00 and the first two a multiple of 4).
+_LEAP_YEAR = _group("[0-9]{2}" + _NONZERO_MULTIPLE_OF_4, _MULTIPLE_OF_4 + "00")
+_MONTH_31 = "(?:0[13578]|1[02])"
+_MONTH_30 = "(?:0[469]|11)"
+_DAYS_31 = "(?:0[1-9]|[12][0-9]|3[01])"
+_DAYS_30 = "(?:0[1-9]|[12][0-9]|30)"
+_DAYS_28 = "(?:0[1-9]|1[0-9]|2[0-8])"
+_FULL_DATE = _group(
+    f"{_YEAR}-" + _group(f"{_MONTH_31}-{_DAYS_31}", f"{_MONTH_30}-{_DAYS_30}", f"02-{_DAYS_28}"),
+    f"{_LEAP_YEAR}-02-29",
+)
+
+_HOUR = "(?:[01][0-9]|2[0-3])"
+_MINUTE = "[0-5][0-9]"
+_SECFRAC = _optional("\\.[0-9]+")
+_UTC = _either_case("z")
+_TIME_OFFSET = _group(_UTC, f"[+\\-]{_HOUR}:{_MINUTE}")
+_ORDINARY_TIME = f"{_HOUR}:{_MINUTE}:[0-5][0-9]{_SECFRAC}{_TIME_OFFSET}"
+
+
+def _leap_second_offsets(hour: int, minute: int) -> list[str]:
+    """The offsets that make local ``hour:minute`` 23:59 UTC (local = UTC + offset).
+
+    A minus offset ``-HH:MM`` gives 23:59 - HH:MM, never borrowing: HH = 23 - hour
+    and MM = 59 - minute. A plus offset ``+HH:MM`` with MM >= 1 carries one
+    hour, so the local time is HH:(MM - 1); with MM = 00 it is (HH - 1):59.
+    """
+    minus = f"-{23 - hour:02d}:{59 - minute:02d}"
+    plus = f"+{(hour + 1) % 24:02d}:00" if minute == 59 else f"+{hour:02d}:{minute + 1:02d}"
+    offsets = [minus, "\\" + plus]
+    if (hour, minute) == (23, 59):
+        offsets.append(_UTC)
+    return offsets
+
+
+def _leap_second_time() -> str:
+    """Every ``hh:mm:60`` that is 23:59:60 UTC, each with the offsets that make it so."""
+    hours = []
+    for hour in range(24):
+        minutes = [
+            f"{minute:02d}:60{_SECFRAC}{_group(*_leap_second_offsets(hour, minute))}"
+            for minute in range(60)
+        ]
+        hours.append(f"{hour:02d}:{_group(*minutes)}")
+    return _group(*hours)
+
+
+_FULL_TIME = _group(_ORDINARY_TIME, _leap_second_time())
+_DATE_TIME = f"{_FULL_DATE}{_either_case('t')}{_FULL_TIME}"
+
+
+def _duration() -> str:
+    """RFC 3339 appendix A: units in order, at least one, weeks on their own."""
+    number = "[0-9]+"
+
+    def unit(letter: str) -> str:
+        return number + _either_case(letter)
+
+    second = unit("s")
+    minute = unit("m") + _optional(second)
+    hour = unit("h") + _optional(minute)
+    time = _either_case("t") + _group(hour, minute, second)
+    day = unit("d")
+    month = unit("m") + _optional(day)
+    year = unit("y") + _optional(month)
+    date = _group(day, month, year) + _optional(time)
+    return _either_case("p") + _group(date, time, unit("w"))
+
+
+# --- RFC 5321 Mailbox ---------------------------------------------------------
+
+_ATEXT = "[A-Za-z0-9!#$%&'*+\\-/=?^_`{|}~]"  # RFC 5322 atext
+_DOT_STRING = f"{_ATEXT}+(?:\\.{_ATEXT}+)*"
+# qtextSMTP is printable ASCII but '"' and '\'; quoted-pairSMTP is '\' and any printable.
+_QUOTED_STRING = '"(?:[ !#-\\[\\]-~]|\\\\[ -~])*"'
+_LET_DIG = "[A-Za-z0-9]"
+_SUB_DOMAIN = _LET_DIG + _optional(f"[A-Za-z0-9\\-]*{_LET_DIG}")
+_DOMAIN = f"{_SUB_DOMAIN}(?:\\.{_SUB_DOMAIN})*"
+# Snum: one to three digits worth 0-255; unlike dec-octet, leading zeros are fine.
+_SNUM = _group("25[0-5]", "2[0-4][0-9]", "[01][0-9][0-9]", "[0-9]{1,2}")
+_SMTP_IPV4 = f"{_SNUM}(?:\\.{_SNUM}){{3}}"
+_IPV6_HEX = _H16
+
+
+def _hex_run(least: int, most: int) -> str:
+    """``least`` (at least one) to ``most`` IPv6-hex pieces joined by ":"."""
+    if most == 1:
+        return _IPV6_HEX
+    more = f"{least - 1}" if least == most else f"{least - 1},{most - 1}"
+    return f"{_IPV6_HEX}(?::{_IPV6_HEX}){{{more}}}"
+
+
+def _smtp_ipv6() -> str:
+    """RFC 5321 ``IPv6-addr``: "::" stands for at least two pieces, so fewer explicit ones."""
+    full = f"{_IPV6_HEX}(?::{_IPV6_HEX}){{7}}"
+    v4_full = f"{_IPV6_HEX}(?::{_IPV6_HEX}){{5}}:{_SMTP_IPV4}"
+    # At most six pieces around "::", or four next to a trailing IPv4 address.
+    compressed = [
+        _head(before) + "::" + (_optional(_hex_run(1, 6 - before)) if before < 6 else "")
+        for before in range(7)
+    ]
+    v4_compressed = [
+        _head(before)
+        + "::"
+        + (_optional(_hex_run(1, 4 - before) + ":") if before < 4 else "")
+        + _SMTP_IPV4
+        for before in range(5)
+    ]
+    return _group(full, v4_full, *compressed, *v4_compressed)
+
+
+def _head(count: int) -> str:
+    """Exactly ``count`` pieces ahead of "::"."""
+    return _hex_run(count, count) if count else ""
+
+
+_ADDRESS_LITERAL = "\\[" + _group(_SMTP_IPV4, _either_case("IPv6:") + _smtp_ipv6()) + "\\]"
+_MAILBOX = _group(_DOT_STRING, _QUOTED_STRING) + "@" + _group(_DOMAIN, _ADDRESS_LITERAL)
+
+# --- RFC 3986 URIs and RFC 3987 IRIs ------------------------------------------
+
+_UNRESERVED = "A-Za-z0-9\\-._~"  # class bodies, joined into classes below
+_SUB_DELIMS = "!$&'()*+,;="
+# RFC 3987 ucschar and iprivate, by code point.
+_UCSCHAR = "".join(
+    _char_range(low, high)
+    for low, high in [
+        (0xA0, 0xD7FF),
+        (0xF900, 0xFDCF),
+        (0xFDF0, 0xFFEF),
+        *((plane, plane + 0xFFFD) for plane in range(0x10000, 0xE0000, 0x10000)),
+        (0xE1000, 0xEFFFD),
+    ]
+)
+_IPRIVATE = "".join(
+    _char_range(low, high)
+    for low, high in [(0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD)]
+)
+_SCHEME = "[A-Za-z][A-Za-z0-9+\\-.]*"
+# IP-literal is ASCII in IRIs too; the "v" of IPvFuture is a case-insensitive string.
+_IP_LITERAL = (
+    "\\[" + _group(_IPV6, f"{_either_case('v')}{_HEXDIG}+\\.[{_UNRESERVED}{_SUB_DELIMS}:]+") + "\\]"
+)
+
+
+def _chars(body: str) -> str:
+    """One character of the class ``body`` or a percent-encoded octet."""
+    return _group(f"[{body}]", _PCT_ENCODED)
+
+
+def _uri_grammar(unreserved: str, private: str) -> tuple[str, str]:
+    """RFC 3986's ``URI`` and ``URI-reference`` over an ``unreserved`` class body.
+
+    With RFC 3987's ``iunreserved`` and ``iprivate`` they are ``IRI`` and
+    ``IRI-reference``. ``IPv4address`` is left out of ``host``: ``reg-name``
+    already holds every string it does.
+    """
+    pchar = _chars(f"{unreserved}{_SUB_DELIMS}:@")
+    segment = f"{pchar}*"
+    segment_nz = f"{pchar}+"
+    segment_nz_nc = _chars(f"{unreserved}{_SUB_DELIMS}@") + "+"
+    path_abempty = f"(?:/{segment})*"
+    path_absolute = "/" + _optional(f"{segment_nz}(?:/{segment})*")
+    path_rootless = f"{segment_nz}(?:/{segment})*"
+    path_noscheme = f"{segment_nz_nc}(?:/{segment})*"
+    userinfo = _chars(f"{unreserved}{_SUB_DELIMS}:") + "*"
+    reg_name = _chars(f"{unreserved}{_SUB_DELIMS}") + "*"
+    authority = _optional(userinfo + "@") + _group(_IP_LITERAL, reg_name) + _optional(":[0-9]*")
+    query = _chars(f"{unreserved}{_SUB_DELIMS}:@/?{private}") + "*"
+    fragment = _chars(f"{unreserved}{_SUB_DELIMS}:@/?") + "*"
+    tail = _optional(f"\\?{query}") + _optional(f"#{fragment}")
+    network_path = f"//{authority}{path_abempty}"
+    scheme = f"{_SCHEME}:"
+    # path-empty is the empty alternative each optional group allows.
+    absolute = scheme + _optional(_group(network_path, path_absolute, path_rootless)) + tail
+    # URI / relative-ref, with the authority (IPv6 and all) and the tail written once:
+    # only a rootless path needs the scheme, and a first segment without ":" lacks it.
+    reference = (
+        _group(
+            _optional(scheme) + _optional(_group(network_path, path_absolute)),
+            scheme + path_rootless,
+            path_noscheme,
+        )
+        + tail
+    )
+    return absolute, reference
+
+
+_URI, _URI_REFERENCE = _uri_grammar(_UNRESERVED, "")
+_IRI, _IRI_REFERENCE = _uri_grammar(_UNRESERVED + _UCSCHAR, _IPRIVATE)
+
+# --- RFC 6570 URI templates ---------------------------------------------------
+
+# literals: printable ASCII but space, '"', '%', '<', '>', '\', '^', '`', '{', '|', '}'.
+_TEMPLATE_LITERAL = _chars("!#$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~" + _UCSCHAR + _IPRIVATE)
+_VARCHAR = _chars("A-Za-z0-9_")
+_VARSPEC = f"{_VARCHAR}(?:\\.?{_VARCHAR})*" + _optional(_group(":[1-9][0-9]{0,3}", "\\*"))
+_EXPRESSION = f"\\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\\}}"
+_URI_TEMPLATE = _group(_TEMPLATE_LITERAL, _EXPRESSION) + "*"
+
+# --- RFC 6901 JSON pointers ---------------------------------------------------
+
+# Any character but "/" and "~", or "~0" / "~1".
+_REFERENCE_TOKEN = "(?:[^/~]|~[01])*"
+_JSON_POINTER = f"(?:/{_REFERENCE_TOKEN})*"
+_RELATIVE_JSON_POINTER = "(?:0|[1-9][0-9]*)" + _group("#", _JSON_POINTER)
+
+# --- the table ----------------------------------------------------------------
+
+FORMAT_PATTERNS: Mapping[str, str] = MappingProxyType(
+    {
+        "date": _whole(_FULL_DATE),
+        "time": _whole(_FULL_TIME),
+        "date-time": _whole(_DATE_TIME),
+        "duration": _whole(_duration()),
+        "email": _whole(_MAILBOX),
+        "ipv4": _whole(_IPV4),
+        "ipv6": _whole(_IPV6),
+        "uuid": _whole(f"{_HEXDIG}{{8}}(?:-{_HEXDIG}{{4}}){{3}}-{_HEXDIG}{{12}}"),
+        "uri": _whole(_URI),
+        "uri-reference": _whole(_URI_REFERENCE),
+        "iri": _whole(_IRI),
+        "iri-reference": _whole(_IRI_REFERENCE),
+        "uri-template": _whole(_URI_TEMPLATE),
+        "json-pointer": _whole(_JSON_POINTER),
+        "relative-json-pointer": _whole(_RELATIVE_JSON_POINTER),
+    }
+)
+
+
+def format_pattern(name: str) -> str | None:
+    """The whole-string pattern that enforces format ``name`` exactly, or None if there is none."""
+    return FORMAT_PATTERNS.get(name)

@@ -1,0 +1,166 @@
+"""Format patterns: each one is its format as the JSON-Schema-Test-Suite reads it.
+
+Every string instance in the suite's file for a format is checked three ways:
+with Python's ``re``, with xgrammar's JSON-schema grammar for the pattern (as
+text, through :mod:`unit_tests.xgrammar_acceptance`), and with the plugin's
+llguidance engine over a vocabulary of single bytes (the shared small
+vocabulary lacks most of the characters these instances use). Each pattern is
+compiled once per engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import llguidance
+import pytest
+from unit_tests.conftest import COMPACT, EOS
+from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisations
+
+from grammar_guard.core.llguidance_engine import LLGuidanceCompiled, LLGuidanceEngine
+from grammar_guard.core.schema.capabilities import PatternSupport
+from grammar_guard.core.schema.formats import FORMAT_PATTERNS, format_pattern
+from grammar_guard.core.schema.regex_scan import pattern_problems
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+
+SUITE = (
+    Path(__file__).resolve().parents[2]
+    / "data/json-schema-test-suite/tests/draft2020-12/optional/format"
+)
+FORMATS = sorted(FORMAT_PATTERNS)
+# Formats without an exact regular definition (see formats.py's docstring).
+LEFT_OUT = ["hostname", "idn-hostname", "idn-email", "regex", "ecmascript-regex", "unknown"]
+
+# xgrammar matches a pattern against the raw JSON text, so a character JSON
+# escapes never comes out of a class that also holds plain characters: it
+# refuses a valid value holding one (an over-constraint, noted in formats.py).
+_JSON_ESCAPED = frozenset({'"', "\\", *map(chr, range(0x20))})
+
+
+@dataclass(frozen=True)
+class Instance:
+    value: str
+    valid: bool
+    description: str
+
+
+@functools.cache
+def suite_instances(name: str) -> tuple[Instance, ...]:
+    """The string instances of the suite's file for ``name`` (format ignores other types)."""
+    groups = json.loads((SUITE / f"{name}.json").read_text(encoding="utf-8"))
+    return tuple(
+        Instance(test["data"], test["valid"], test["description"])
+        for group in groups
+        for test in group["tests"]
+        if isinstance(test["data"], str)
+    )
+
+
+def _schema(name: str) -> dict[str, str]:
+    return {"type": "string", "pattern": FORMAT_PATTERNS[name]}
+
+
+def _wrong(name: str, expected: dict[Instance, bool], accepts: dict[Instance, bool]) -> list[str]:
+    return [
+        f"{instance.value!r} ({instance.description}): expected "
+        f"{'accepted' if expected[instance] else 'refused'}"
+        for instance in suite_instances(name)
+        if accepts[instance] != expected[instance]
+    ]
+
+
+def test_the_table_holds_the_regular_formats_only() -> None:
+    assert set(FORMATS).isdisjoint(LEFT_OUT)
+    assert {path.stem for path in SUITE.glob("*.json")} == {*FORMATS, *LEFT_OUT}
+    assert all(format_pattern(name) == FORMAT_PATTERNS[name] for name in FORMATS)
+    assert all(format_pattern(name) is None for name in LEFT_OUT)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_a_pattern_uses_only_what_both_engines_enforce(name: str) -> None:
+    pattern = FORMAT_PATTERNS[name]
+    assert pattern.startswith("^(?:") and pattern.endswith(")$")
+    # No lookaround, inner anchor or Unicode-whitespace class (the plugin's own reading).
+    assert pattern_problems(pattern, PatternSupport(escapes_json_specials=True)) == []
+    # Escapes are of punctuation only: no \d, \w, \s, \b, \uXXXX or back-references.
+    escaped = re.findall(r"\\(.)", pattern, flags=re.DOTALL)
+    assert all(not char.isalnum() for char in escaped), sorted(set(escaped))
+    # xgrammar misreads "(...)?" (see the test below); formats.py writes "{0,1}".
+    assert ")?" not in re.sub(r"\\.", "", pattern)
+
+
+def test_xgrammar_misreads_an_optional_group_that_starts_with_a_loop() -> None:
+    """Why formats.py writes ``{0,1}``: once this fails, xgrammar reads ``?`` right."""
+    question = compile_schema({"type": "string", "pattern": "^(?:b*c)?$"})
+    braces = compile_schema({"type": "string", "pattern": "^(?:b*c){0,1}$"})
+    assert accepted(question, "b")  # wrong: "b" has no "c"
+    assert not accepted(braces, "b")
+    assert accepted(braces, "bc") and accepted(braces, "")
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_python_re_agrees_with_the_suite(name: str) -> None:
+    pattern = re.compile(FORMAT_PATTERNS[name])
+    instances = suite_instances(name)
+    expected = {instance: instance.valid for instance in instances}
+    accepts = {instance: pattern.fullmatch(instance.value) is not None for instance in instances}
+    assert _wrong(name, expected, accepts) == []
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_xgrammar_agrees_with_the_suite(name: str) -> None:
+    compiled = compile_schema(_schema(name))
+    instances = suite_instances(name)
+    expected = {
+        instance: instance.valid and not (_JSON_ESCAPED & set(instance.value))
+        for instance in instances
+    }
+    accepts = {instance: accepted(compiled, instance.value) for instance in instances}
+    assert _wrong(name, expected, accepts) == []
+
+
+class _ByteVocabulary:
+    """One token per byte, and EOS, as llguidance reads a tokenizer (conftest's shape)."""
+
+    def __init__(self) -> None:
+        self.tokens = [bytes([byte]) for byte in range(256)] + [EOS.encode()]
+        self.eos_token_id = 256
+        self.bos_token_id = None
+        self.special_token_ids = [self.eos_token_id]
+        self.is_tokenizer_wrapper = True
+
+    def __call__(self, text: str) -> list[int]:
+        return list(text.encode())
+
+
+@pytest.fixture(scope="module")
+def byte_llguidance() -> LLGuidanceEngine:
+    return LLGuidanceEngine(llguidance.LLTokenizer(_ByteVocabulary()))
+
+
+def _llguidance_accepts(engine: LLGuidanceEngine, compiled: LLGuidanceCompiled, text: str) -> bool:
+    matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    if not all(matcher.accept_token(byte) for byte in text.encode()):
+        return False
+    return matcher.accept_token(_ByteVocabulary().eos_token_id) and matcher.is_terminated()
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_llguidance_agrees_with_the_suite(byte_llguidance: LLGuidanceEngine, name: str) -> None:
+    spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, _schema(name), COMPACT)
+    compiled = byte_llguidance.compile(spec)
+    instances = suite_instances(name)
+    expected = {instance: instance.valid for instance in instances}
+    # A non-ASCII character may come raw or \u-escaped; either spelling counts.
+    accepts = {
+        instance: any(
+            _llguidance_accepts(byte_llguidance, compiled, text)
+            for text in serialisations(instance.value)
+        )
+        for instance in instances
+    }
+    assert _wrong(name, expected, accepts) == []
