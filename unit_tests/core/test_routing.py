@@ -19,8 +19,10 @@ from grammar_guard.core.xgrammar_cost import slow_for_xgrammar, xgrammar_over_co
 
 PLAIN = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 LONG_STRING = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 200}}}
-# xgrammar would drop allOf; llguidance merges it.
+# Merged into one schema (schema/rewrite.py), which xgrammar enforces.
 ALL_OF = {"allOf": [{"type": "integer"}, {"minimum": 2}]}
+# Two patterns merge into no one pattern: xgrammar would drop the allOf; llguidance merges it.
+TWO_PATTERNS = {"allOf": [{"type": "string", "pattern": "^a+$"}, {"pattern": "^a{2,3}$"}]}
 # llguidance does not implement propertyNames; xgrammar's path enforces it.
 PROPERTY_NAMES = {"type": "object", "propertyNames": {"pattern": "^a"}}
 NEITHER = {"type": "array", "contains": {"type": "integer"}}
@@ -40,7 +42,8 @@ def _json(schema: Any) -> GrammarSpec:
     [
         (_json(PLAIN), EngineName.XGRAMMAR),
         (_json(LONG_STRING), EngineName.LLGUIDANCE),
-        (_json(ALL_OF), EngineName.LLGUIDANCE),
+        (_json(ALL_OF), EngineName.XGRAMMAR),
+        (_json(TWO_PATTERNS), EngineName.LLGUIDANCE),
         (_json(PROPERTY_NAMES), EngineName.XGRAMMAR),
         (GrammarSpec.build(RequestKind.STRUCTURAL_TAG, TAG, COMPACT), EngineName.XGRAMMAR),
         (GrammarSpec.build(RequestKind.REGEX, "[a-z]{0,100}", COMPACT), EngineName.LLGUIDANCE),
@@ -168,6 +171,8 @@ def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
         (LONG_STRING, '{"a":"hello"}', True),
         (ALL_OF, "1", False),
         (ALL_OF, "2", True),
+        (TWO_PATTERNS, '"aa"', True),
+        (TWO_PATTERNS, '"aaaa"', False),
         (OPEN_MEMBER, '{"meta":{"a":1,"b":[2,3]}}', True),
         (OPEN_MEMBER, '{"meta":[]}', False),
         (BOUNDED_ANY_ARRAY, "[1,2]", True),

@@ -46,8 +46,10 @@ OPEN_MEMBER = {
     "properties": {"a": {"type": "string", "maxLength": 12}, "meta": {"type": "object"}},
     "required": ["a", "meta"],
 }
-# allOf: only llguidance enforces it.
-LLGUIDANCE_ONLY = {"allOf": [{"type": "string", "maxLength": 12}, {"minLength": 2}]}
+# An allOf of two patterns, which merge into no one schema: only llguidance enforces it.
+LLGUIDANCE_ONLY = {
+    "allOf": [{"type": "string", "maxLength": 12, "pattern": "^a+$"}, {"pattern": "^a{2,}$"}]
+}
 
 
 def _json(schema: Any) -> GrammarSpec:

@@ -500,10 +500,11 @@ def test_legacy_structural_tag_missing_fields_is_refused(small: SmallTokenizer) 
 UNENFORCED_SCHEMA = {
     "type": "object",
     "properties": {
-        "email": {"type": "string", "format": "email"},
+        # A format no exact pattern stands for (schema/formats.py): it stays a format.
+        "host": {"type": "string", "format": "hostname"},
         "n": {"type": "integer", "not": {"const": 3}},
     },
-    "required": ["email", "n"],
+    "required": ["host", "n"],
 }
 
 
@@ -512,12 +513,12 @@ def test_check_refuses_unenforced_keywords_naming_each(small: SmallTokenizer) ->
     with pytest.raises(UnenforcedKeywordError) as refused:
         XGrammarEngine.check(spec)
     assert [(f.keyword, f.pointer) for f in refused.value.findings] == [
-        ("format", "/properties/email/format"),
+        ("format", "/properties/host/format"),
         ("not", "/properties/n/not"),
     ]
     assert refused.value.reason == (
-        "json_schema uses keywords grammar-guard cannot enforce: 'format: email' at "
-        "/properties/email/format, 'not' at /properties/n/not; set "
+        "json_schema uses keywords grammar-guard cannot enforce: 'format: hostname' at "
+        "/properties/host/format, 'not' at /properties/n/not; set "
         "GRAMMAR_GUARD_UNENFORCED=warn to accept them unenforced"
     )
     assert isinstance(refused.value, InvalidGrammarError)  # a 400, like any invalid grammar
@@ -528,12 +529,12 @@ def test_check_refuses_unenforced_keywords_naming_each(small: SmallTokenizer) ->
 def test_warn_mode_returns_the_findings_and_compiles(small: SmallTokenizer) -> None:
     spec = small.spec(RequestKind.JSON_SCHEMA, UNENFORCED_SCHEMA, COMPACT)
     found = XGrammarEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
-    assert [f.label for f in found] == ["format: email", "not"]
+    assert [f.label for f in found] == ["format: hostname", "not"]
     engine = XGrammarEngine(small.engine._tokenizer_info, compile_threads=1,
                             unenforced=UnenforcedPolicy.WARN)  # fmt: skip
     matcher = engine.new_matcher(engine.compile(spec), stop_token_ids=None, max_rollback_tokens=0)
     # What xgrammar does enforce still holds: the required integer.
-    assert not small.accepts_all(matcher, small.ids('{"email":"a","n":"x"'))
+    assert not small.accepts_all(matcher, small.ids('{"host":"a","n":"x"'))
 
 
 @pytest.mark.parametrize(

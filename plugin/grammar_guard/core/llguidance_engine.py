@@ -195,6 +195,10 @@ class LLGuidanceMatcher:
 _ERROR_SUMMARY_CHARS = 200
 
 
+# llguidance's error for a grammar no token can start: unsatisfiable, not too large.
+_NO_TOKEN_FITS = "NoExtensionBias"
+
+
 def _summary(error: str) -> str:
     return error.split("\n", 1)[0][:_ERROR_SUMMARY_CHARS]
 
@@ -382,9 +386,7 @@ class LLGuidanceEngine:
             return True
         bitmask = llguidance_torch.allocate_token_bitmask(1, self.vocab_size)
         llguidance_torch.fill_next_token_bitmask(matcher, bitmask, 0)
-        if matcher.is_error():
+        if matcher.is_error() and _NO_TOKEN_FITS not in (error := matcher.get_error()):
             # Past a limit already at its first mask: say which, not "unsatisfiable".
-            raise InvalidGrammarError(
-                f"the grammar is past llguidance's limits: {_summary(matcher.get_error())}"
-            )
-        return bool(bitmask.any())
+            raise InvalidGrammarError(f"the grammar is past llguidance's limits: {_summary(error)}")
+        return bool(bitmask.any()) and not matcher.is_error()

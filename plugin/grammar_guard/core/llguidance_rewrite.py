@@ -1,11 +1,15 @@
 """What llguidance is given for a request: the grammar text it compiles, and what it loosens.
 
 ``check`` and ``compile`` both go through :func:`validated`, so a grammar
-the API process accepted is exactly the grammar the engine compiles. The
-schema rewrites make a request mean the same whichever engine serves it:
-objects and tuples closed where xgrammar closes them, regex digit and word
-classes read as ASCII, ``patternProperties`` that only name listed
-properties folded (:mod:`grammar_guard.core.listed_patterns`). The
+the API process accepted is exactly the grammar the engine compiles. A JSON
+schema is first written in the equivalent form both engines enforce
+(:mod:`grammar_guard.core.schema.rewrite`: formats as exact patterns, for
+one, where llguidance's own are loose), and what it still loosens is found
+on that form. The rewrites of llguidance's own make a request mean the same
+whichever engine serves it: objects and tuples closed where xgrammar closes
+them, regex digit and word classes read as ASCII, ``patternProperties``
+that only name listed properties folded
+(:mod:`grammar_guard.core.listed_patterns`). The
 JSON-Schema compiler is strict: a keyword it does not implement, or a
 ``format`` it does not know, is an error, never a silently dropped
 constraint; only the warn policy makes it lenient.
@@ -28,6 +32,7 @@ from grammar_guard.core.schema.capabilities import PatternSupport
 from grammar_guard.core.schema.findings import Finding
 from grammar_guard.core.schema.pointers import join_pointer
 from grammar_guard.core.schema.regex_scan import pattern_problems
+from grammar_guard.core.schema.rewrite import rewritten_schema_text
 from grammar_guard.core.schema.vocabulary import (
     SCHEMA_LISTS,
     SCHEMA_MAPS,
@@ -76,7 +81,7 @@ def _loosened_constraints(spec: GrammarSpec) -> tuple[Finding, ...]:
     if spec.kind is not RequestKind.JSON_SCHEMA:
         return ()
     found: list[Finding] = []
-    pending: list[tuple[Any, str]] = [(json.loads(spec.text), "")]
+    pending: list[tuple[Any, str]] = [(json.loads(rewritten_schema_text(spec.text)), "")]
     while pending:
         node, pointer = pending.pop()
         if not isinstance(node, dict):
@@ -214,7 +219,9 @@ def _not_supported(spec: GrammarSpec, lenient: bool) -> str:
 
 
 _BUILDERS: dict[RequestKind, Callable[[GrammarSpec, bool], str]] = {
-    RequestKind.JSON_SCHEMA: lambda spec, lenient: _json_schema(spec.text, spec, lenient),
+    RequestKind.JSON_SCHEMA: lambda spec, lenient: _json_schema(
+        rewritten_schema_text(spec.text), spec, lenient
+    ),
     RequestKind.JSON_OBJECT: lambda spec, lenient: _json_schema('{"type":"object"}', spec, lenient),
     RequestKind.REGEX: lambda spec, lenient: _regex(spec.text),
     RequestKind.CHOICE: lambda spec, lenient: llguidance.grammar_from("choice", spec.text),

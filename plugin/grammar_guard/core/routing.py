@@ -33,14 +33,15 @@ import functools
 import hashlib
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.engine import CompilePlan
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
+from grammar_guard.core.schema.rewrite import rewritten_schema_text
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
-from grammar_guard.core.spec import GrammarSpec
+from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_cost import (
     slow_for_xgrammar,
     xgrammar_compile_estimate_s,
@@ -96,15 +97,16 @@ def route(
 def _route(
     spec: GrammarSpec, unenforced: UnenforcedPolicy, selection: EngineSelection, slow: bool | None
 ) -> Route:
-    """:func:`route`, given :func:`slow_for_xgrammar` of ``spec`` if the caller has it."""
+    """:func:`route`, given the caller's :func:`slow_for_xgrammar` of ``spec`` as compiled."""
     if selection is not EngineSelection.AUTO:
         forced = EngineName(selection.value)
         return _check(forced, spec, unenforced)
+    compiled = _as_compiled(spec)
     if slow is None:
-        slow = slow_for_xgrammar(spec)
+        slow = slow_for_xgrammar(compiled)
     order = (
         (EngineName.LLGUIDANCE, EngineName.XGRAMMAR)
-        if slow or xgrammar_over_constrains(spec)
+        if slow or xgrammar_over_constrains(compiled)
         else (EngineName.XGRAMMAR, EngineName.LLGUIDANCE)
     )
     refusals: dict[EngineName, InvalidGrammarError] = {}
@@ -123,6 +125,17 @@ def _route(
             except InvalidGrammarError as exc:
                 refusals[engine] = exc
     raise _clearest(refusals)
+
+
+def _as_compiled(spec: GrammarSpec) -> GrammarSpec:
+    """``spec`` as the engines compile it, to read its costs from: a JSON schema rewritten.
+
+    A format becomes its pattern there, and the pattern of ``date-time`` is
+    60 kB of regex that xgrammar compiles for seconds (schema/rewrite.py).
+    """
+    if spec.kind is not RequestKind.JSON_SCHEMA:
+        return spec
+    return replace(spec, text=rewritten_schema_text(spec.text))
 
 
 def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammarError:
@@ -167,13 +180,14 @@ def upgrade_target(spec: GrammarSpec, chosen: Route, *, slow: bool) -> EngineNam
     grammars accept the same values (``integration_tests/test_upgrade_language.py`` checks that
     on the shared collections).
     """
+    compiled = _as_compiled(spec)
     if (
         chosen.engine is not EngineName.LLGUIDANCE
         or chosen.findings
         or not slow
-        or len(spec.text) >= QUICK_SPEC_CHARS
-        or xgrammar_compile_estimate_s(spec) > UPGRADE_MAX_COMPILE_S
-        or xgrammar_over_constrains(spec)
+        or len(compiled.text) >= QUICK_SPEC_CHARS
+        or xgrammar_compile_estimate_s(compiled) > UPGRADE_MAX_COMPILE_S
+        or xgrammar_over_constrains(compiled)
     ):
         return None
     try:
@@ -289,7 +303,8 @@ class RoutedEngine:
         return decisions
 
     def _decide(self, spec: GrammarSpec) -> _Decision:
-        slow = slow_for_xgrammar(spec)
+        compiled = _as_compiled(spec)
+        slow = slow_for_xgrammar(compiled)
         try:
             chosen = _route(spec, self._unenforced, self._selection, slow)
         except InvalidGrammarError as exc:
@@ -298,7 +313,7 @@ class RoutedEngine:
         plan = CompilePlan(
             part=chosen.engine.value,
             quick=chosen.engine is EngineName.LLGUIDANCE
-            or (len(spec.text) < QUICK_SPEC_CHARS and not slow),
+            or (len(compiled.text) < QUICK_SPEC_CHARS and not slow),
             upgrade=self._upgrade(spec, chosen, slow),
         )
         return _Decision(plan, chosen, None)

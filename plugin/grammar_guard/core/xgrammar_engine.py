@@ -21,6 +21,7 @@ from grammar_guard.core.engine_common import (
     engine_fingerprint,
     require_a_first_token,
 )
+from grammar_guard.core.schema.rewrite import REWRITE_VERSION
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.xgrammar_rewrite import GRAMMAR_REWRITES, native_reason, parse_enforced
 from grammar_guard.core.xgrammar_special_tokens import (
@@ -220,7 +221,12 @@ class XGrammarEngine:
         # Which tokens grammar text leaves out changes every compiled mask.
         special = f"{SPECIAL_TOKEN_RULE}:{sorted(self.special_token_ids)}"
         return engine_fingerprint(
-            ENGINE_NAME, self._tokenizer_json, self._unenforced, GRAMMAR_REWRITES, special
+            ENGINE_NAME,
+            self._tokenizer_json,
+            self._unenforced,
+            GRAMMAR_REWRITES,
+            REWRITE_VERSION,
+            special,
         )
 
     @functools.cached_property

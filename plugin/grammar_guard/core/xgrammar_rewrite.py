@@ -4,8 +4,9 @@
 grammar the API process accepted is exactly the grammar the engine
 compiles. The rewrites make xgrammar's output what the request means: JSON
 strings without raw control characters, vLLM's older structural-tag form,
-compact JSON inside structural tags; and the schema analysis refuses what
-xgrammar would silently not enforce.
+compact JSON inside structural tags, JSON schemas in the equivalent form
+xgrammar enforces (:mod:`grammar_guard.core.schema.rewrite`); and the
+schema analysis refuses what xgrammar would still silently not enforce.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import xgrammar as xgr
@@ -26,6 +27,7 @@ from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.schema.capabilities import EngineCapabilities
 from grammar_guard.core.schema.findings import Finding
 from grammar_guard.core.schema.pointers import join_pointer
+from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
@@ -70,38 +72,59 @@ def choice_as_ebnf(choices: Sequence[str]) -> str:
 def parse_enforced(
     spec: GrammarSpec, unenforced: UnenforcedPolicy
 ) -> tuple[xgr.Grammar, tuple[Finding, ...]]:
-    """The parse step of ``check`` and ``compile``: the grammar, then the schema analysis."""
+    """The parse step of ``check`` and ``compile``: the grammar, then the schema analysis.
+
+    Both read the spec's schemas as rewritten (:mod:`grammar_guard.core.schema.rewrite`),
+    so what is analysed is what is compiled.
+    """
+    text = _enforced_text(spec)
     with invalid_spec_on_error(spec, native_reason):
-        grammar = _PARSERS[spec.kind](spec)
-    findings = unenforced_findings(spec)
+        grammar = _PARSERS[spec.kind](spec, text)
+    findings = unenforced_findings(spec.kind, text)
     if findings and unenforced is UnenforcedPolicy.REFUSE:
         raise UnenforcedKeywordError(spec.kind.value, findings)
     return grammar, findings
 
 
-def unenforced_findings(spec: GrammarSpec) -> tuple[Finding, ...]:
-    """The JSON-Schema keywords of ``spec`` that xgrammar would silently not enforce.
+def _enforced_text(spec: GrammarSpec) -> str:
+    """The text xgrammar is given for ``spec``: its JSON schemas rewritten, the rest as sent."""
+    if spec.kind is RequestKind.JSON_SCHEMA:
+        return rewritten_schema_text(spec.text)
+    if spec.kind is RequestKind.STRUCTURAL_TAG:
+        tag = json.loads(spec.text)
+        changed = False
+        for _, holder, key, _ in _tag_schemas(tag):
+            rewritten = rewrite_schema(holder[key])
+            changed = changed or rewritten is not holder[key]
+            holder[key] = rewritten
+        return json.dumps(tag, separators=(",", ":"), ensure_ascii=False) if changed else spec.text
+    return spec.text
+
+
+def unenforced_findings(kind: RequestKind, text: str) -> tuple[Finding, ...]:
+    """The JSON-Schema keywords of a spec's ``text`` that xgrammar would silently not enforce.
 
     For a JSON schema, and for every JSON schema inside a structural tag
     (located by pointers into the tag). ``json_object`` is ``{"type":
     "object"}``, which xgrammar enforces; other kinds have no schema.
     """
-    if spec.kind is RequestKind.JSON_SCHEMA:
-        return tuple(analyze(json.loads(spec.text), XGRAMMAR))
-    if spec.kind is RequestKind.STRUCTURAL_TAG:
+    if kind is RequestKind.JSON_SCHEMA:
+        return tuple(analyze(json.loads(text), XGRAMMAR))
+    if kind is RequestKind.STRUCTURAL_TAG:
         return tuple(
             finding
-            for pointer, schema, caps in _tag_schemas(json.loads(spec.text))
-            for finding in analyze(schema, caps, base_pointer=pointer)
+            for pointer, holder, key, caps in _tag_schemas(json.loads(text))
+            for finding in analyze(holder[key], caps, base_pointer=pointer)
         )
     return ()
 
 
-def _tag_schemas(tag: Any) -> list[tuple[str, Any, EngineCapabilities]]:
-    """Each JSON schema in a structural tag, its pointer, and what xgrammar enforces there."""
+def _tag_schemas(tag: Any) -> list[tuple[str, dict[str, Any], str, EngineCapabilities]]:
+    """Each JSON schema in a structural tag: its pointer, the object and key that hold it,
+    and what xgrammar enforces there."""
     if isinstance(tag, dict) and isinstance(tag.get("structures"), list):
         return [
-            (join_pointer("", "structures", index, "schema"), item["schema"], XGRAMMAR)
+            (join_pointer("", "structures", index, "schema"), item, "schema", XGRAMMAR)
             for index, item in enumerate(tag["structures"])
             if isinstance(item, dict) and "schema" in item
         ]
@@ -122,7 +145,7 @@ def _tag_schemas(tag: Any) -> list[tuple[str, Any, EngineCapabilities]]:
                 caps = dataclasses.replace(caps, required=False)
             if node.get("excludes"):  # minLength/maxLength are dropped
                 caps = dataclasses.replace(caps, string_lengths=False)
-            found.append((f"{pointer}/json_schema", node["json_schema"], caps))
+            found.append((f"{pointer}/json_schema", node, "json_schema", caps))
         pending.extend(
             reversed(
                 [
@@ -177,14 +200,14 @@ def _json_string_class(match: re.Match[str]) -> str:
     return _JSON_STRING_CHARACTER if found == _BOUNDED_STRING_CHARACTER else found
 
 
-def _grammar(spec: GrammarSpec) -> xgr.Grammar:
-    if grammar_is_lark(spec.text):
-        return xgr.Grammar.from_lark(spec.text)
-    return xgr.Grammar.from_ebnf(spec.text)
+def _grammar(spec: GrammarSpec, text: str) -> xgr.Grammar:
+    if grammar_is_lark(text):
+        return xgr.Grammar.from_lark(text)
+    return xgr.Grammar.from_ebnf(text)
 
 
-def _structural_tag(spec: GrammarSpec) -> xgr.Grammar:
-    tag = json.loads(spec.text)
+def _structural_tag(spec: GrammarSpec, text: str) -> xgr.Grammar:
+    tag = json.loads(text)
     if "structures" in tag:
         tag = _legacy_tag_as_triggered_tags(tag)
     if not spec.options.any_whitespace:
@@ -242,11 +265,12 @@ def _bound_json_whitespace(node: Any) -> None:
             _bound_json_whitespace(value)
 
 
-_PARSERS = {
-    RequestKind.JSON_SCHEMA: lambda spec: _json_schema(spec, spec.text),
-    RequestKind.JSON_OBJECT: lambda spec: _json_schema(spec, _ANY_OBJECT_SCHEMA),
-    RequestKind.REGEX: lambda spec: xgr.Grammar.from_regex(spec.text),
-    RequestKind.CHOICE: lambda spec: xgr.Grammar.from_ebnf(choice_as_ebnf(json.loads(spec.text))),
+# Each takes the spec and the text xgrammar is given for it (_enforced_text).
+_PARSERS: dict[RequestKind, Callable[[GrammarSpec, str], xgr.Grammar]] = {
+    RequestKind.JSON_SCHEMA: _json_schema,
+    RequestKind.JSON_OBJECT: lambda spec, _: _json_schema(spec, _ANY_OBJECT_SCHEMA),
+    RequestKind.REGEX: lambda _, text: xgr.Grammar.from_regex(text),
+    RequestKind.CHOICE: lambda _, text: xgr.Grammar.from_ebnf(choice_as_ebnf(json.loads(text))),
     RequestKind.GRAMMAR: _grammar,
     RequestKind.STRUCTURAL_TAG: _structural_tag,
 }

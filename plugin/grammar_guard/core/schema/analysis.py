@@ -41,6 +41,7 @@ from grammar_guard.core.schema.keyword_checks import (
     ref_problem,
     rounded_by_float,
     string_problems,
+    unwritable_range,
 )
 from grammar_guard.core.schema.pointers import (
     MISSING,
@@ -241,6 +242,16 @@ class _Analysis:
                     join_pointer(ptr, key),
                     key,
                     "a bound a 64-bit float cannot hold exactly is rounded (possibly outward)",
+                )
+        digits = self.caps.number_fraction_digits
+        if "number" in produced and digits is not None:
+            bound = unwritable_range(node, digits)
+            if bound is not None:
+                self.flag(
+                    join_pointer(ptr, bound),
+                    bound,
+                    f"no number with at most {digits} decimals lies in this range, and the "
+                    "engine writes it as an empty value, which is not JSON",
                 )
         if "string" in produced:
             for key, reason, label in string_problems(node, self.caps):

@@ -58,6 +58,10 @@ class EngineCapabilities:
     formats_shadowing_string_keywords: frozenset[str] = frozenset()
     pattern_shadows_lengths: bool = False
     string_lengths: bool = True  # minLength/maxLength enforced at all
+    # Numbers between two bounds are written with at most this many digits
+    # after the point; a range that holds none of those becomes an empty
+    # rule, which lets a value be left out (``{"a":}``). None: no such limit.
+    number_fraction_digits: int | None = None
     pattern: PatternSupport = field(default_factory=PatternSupport)
     multiple_of: MultipleOfSupport = field(default_factory=MultipleOfSupport)
     # Keywords never enforced: any value that constrains is a finding.

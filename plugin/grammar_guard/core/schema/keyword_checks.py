@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from grammar_guard.core.schema.capabilities import EngineCapabilities, MultipleOfSupport
@@ -188,6 +190,42 @@ def plainly_string_schema(value: Any) -> bool:
     if declared is not None:
         return False
     return any(key in value for key in ("pattern", "minLength", "maxLength", "format"))
+
+
+def unwritable_range(node: Mapping[str, Any], fraction_digits: int) -> str | None:
+    """The lower-bound keyword of a range holding no number with ``fraction_digits`` decimals.
+
+    None when the range holds such a number, is open on a side, or holds
+    no number at all (the engine refuses that itself).
+    """
+    lows = _bounds(node, "minimum", "exclusiveMinimum")
+    highs = _bounds(node, "maximum", "exclusiveMaximum")
+    if not lows or not highs:
+        return None
+    low, low_strict, keyword = max(lows)  # on a tie the strict bound is the tighter
+    high, high_strict, _ = min(highs, key=lambda bound: (bound[0], not bound[1]))
+    if low > high or (low == high and (low_strict or high_strict)):
+        return None
+    step = Fraction(1, 10**fraction_digits)
+    first = math.ceil(low / step) * step
+    if first == low and low_strict:
+        first += step
+    return None if first < high or (first == high and not high_strict) else keyword
+
+
+def _bounds(
+    node: Mapping[str, Any], inclusive: str, exclusive: str
+) -> list[tuple[Fraction, bool, str]]:
+    """One side's bounds, exactly as written (not as floats): (value, strict, keyword)."""
+    return [
+        (
+            Fraction(Decimal(repr(value)) if isinstance(value, float) else value),
+            key == exclusive,
+            key,
+        )
+        for key in (inclusive, exclusive)
+        if is_number(value := node.get(key))
+    ]
 
 
 def _integer_range(node: Mapping[str, Any]) -> tuple[int | None, int | None]:

@@ -1,0 +1,381 @@
+"""A client's JSON schema rewritten into an equivalent one the grammar engines enforce.
+
+Some constructs mean something an engine can enforce, written in a way it
+cannot: an ``allOf`` (xgrammar reads two branches as "any JSON value"), a
+schema without ``type`` whose keywords constrain one type only, a ``format``
+that an exact regex can stand for. :func:`rewrite_schema` writes each as the
+equivalent schema the engines enforce, and both engines and the analysis of
+what they leave unenforced read the rewritten schema:
+
+- ``allOf`` merged into its parent (:mod:`~grammar_guard.core.schema.all_of_merge`);
+- a ``format`` with an exact pattern (:mod:`~grammar_guard.core.schema.formats`)
+  written as that ``pattern``: both apply to strings only;
+- an untyped schema split by type (:mod:`~grammar_guard.core.schema.untyped`),
+  after merging, since merged branches often supply the type;
+- a length or count written as a whole float (``"maxItems": 2.0``) written as
+  the integer it is, which is all the engines take.
+
+Every rewrite accepts exactly the values the schema accepts (draft 2020-12,
+``format`` read as an assertion, as the analysis reads it). Where that
+cannot be shown, the construct stays as written and is refused or routed as
+before. Moving a subschema is only safe where nothing refers into it, so a
+schema that a ``$ref`` points inside of is never restructured, and a
+document whose references are not plain local JSON pointers (anchors,
+``$id``\\ s, dynamic references) or that reads annotations across subschemas
+(``unevaluated*``) only gets its formats rewritten.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import unquote
+
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.input_limits import check_json_value
+from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
+from grammar_guard.core.schema.formats import format_pattern
+from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
+from grammar_guard.core.schema.untyped import split_by_type
+from grammar_guard.core.schema.vocabulary import (
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_VALUES,
+    subschemas,
+)
+
+# The formats draft 2020-12 defines: those formats.py may hold a pattern for.
+DEFINED_FORMATS = (
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
+    "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference",
+    "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
+)  # fmt: skip
+_RULES = "all-of-merged,untyped-split,format-as-pattern,whole-counts:1"
+# Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
+_COUNTS = frozenset(
+    {
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "minContains",
+        "maxContains",
+    }
+)
+# Keywords whose meaning depends on where a subschema sits, or on what its
+# neighbours evaluated: a document with any of them is not restructured.
+_PLACE_BOUND = frozenset(
+    {
+        "$anchor",
+        "$dynamicAnchor",
+        "$dynamicRef",
+        "$recursiveAnchor",
+        "$recursiveRef",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    }
+)
+# Where a schema keeps definitions: the merges keep a parent's in place, so
+# a reference into them does not pin the parent.
+_DEFINITIONS = ("$defs", "definitions")
+# Bounds on the work and the growth one document may cause; past them the
+# document is served as the client wrote it.
+_MAX_MERGES = 4096
+_MAX_NESTING = 64  # schemas being rewritten inside one another, references included
+_GROWTH = 2
+_GROWTH_SLACK = 1024  # JSON values
+_REMEMBERED_TEXTS = 32
+
+
+class _TooDeep(Exception):
+    """The rewrite nests schemas inside one another past its bound."""
+
+
+def rewrite_schema(document: Any) -> Any:
+    """``document``, a parsed JSON schema, with each construct rewritten that can be.
+
+    Pure: ``document`` is never changed, and comes back itself when nothing
+    was rewritten.
+    """
+    return _Rewrite(document).run()
+
+
+@functools.lru_cache(maxsize=_REMEMBERED_TEXTS)
+def rewritten_schema_text(text: str) -> str:
+    """:func:`rewrite_schema` of the schema ``text`` as compact JSON; ``text`` if unchanged.
+
+    Remembered per text: routing checks a key on both engines, then one of
+    them compiles it, and each reads the rewritten schema.
+    """
+    document = json.loads(text)
+    rewritten = rewrite_schema(document)
+    if rewritten is document:
+        return text
+    return json.dumps(rewritten, separators=(",", ":"), ensure_ascii=False)
+
+
+def _version() -> str:
+    """The rules, and the format patterns they write, as one string for fingerprints."""
+    digest = hashlib.sha256()
+    for name in DEFINED_FORMATS:
+        digest.update(f"{name}={format_pattern(name)}\n".encode())
+    return f"{_RULES}:{digest.hexdigest()[:16]}"
+
+
+# Goes into each engine's fingerprint: a grammar stored before the rewrite
+# changed was compiled from a different schema.
+REWRITE_VERSION = _version()
+
+
+class _Rewrite:
+    """The rewrite of one document: two walks, with every subschema addressed by its pointer.
+
+    The first walk merges ``allOf``\\ s and rewrites keyword values, bottom-up, and
+    remembers each result by pointer, so that a reference merged into a
+    branch gets its target's rewritten form. The second splits untyped
+    schemas; it runs after all merging because a split schema (an
+    ``anyOf``) no longer merges with another.
+    """
+
+    def __init__(self, document: Any) -> None:
+        self.document = document
+        self.pinned = _pinned_pointers(document)
+        self.merger = AllOfMerger(self.resolve, _MAX_MERGES)
+        self.merged: dict[str, Any] = {}
+        self.in_progress: set[str] = set()
+        self.split: dict[tuple[int, bool, bool], Any] = {}
+
+    def run(self) -> Any:
+        try:
+            merged = self.merge(self.document, "")
+            result = self.split_types(merged, "", names=False)
+        # RecursionError too: the nesting bound keeps the walks well inside
+        # Python's stack, and a hostile document that still reached its end
+        # is served as written rather than failing the request.
+        except (MergeTooCostly, _TooDeep, RecursionError):
+            return self.document
+        if result is self.document or not _fits(result, self.document):
+            return self.document
+        return result
+
+    def movable(self, pointer: str) -> bool:
+        """Whether the schema at ``pointer`` may be restructured: nothing refers inside it."""
+        return self.pinned is not None and pointer not in self.pinned
+
+    # --- first walk: formats and allOf
+
+    def merge(self, node: Any, pointer: str) -> Any:
+        if not isinstance(node, dict):
+            return node
+        if pointer in self.merged:
+            return self.merged[pointer]
+        if len(self.in_progress) >= _MAX_NESTING:
+            raise _TooDeep
+        self.in_progress.add(pointer)
+        try:
+            result = _counts_as_integers(
+                _format_as_pattern(
+                    _with_children(node, pointer, lambda child, _, where: self.merge(child, where))
+                )
+            )
+            if "allOf" in result and self.movable(pointer):
+                merged = self.merger.merge(result)
+                result = result if merged is None else merged
+        finally:
+            self.in_progress.discard(pointer)
+        self.merged[pointer] = result
+        return result
+
+    def resolve(self, ref: str) -> Any:
+        """The first walk's result for a local reference's target; None if it cannot be had.
+
+        A target being rewritten (a schema that refers to itself, or to a
+        schema around it) cannot be merged into itself.
+        """
+        pointer = _local_pointer(ref)
+        if pointer is None or pointer in self.in_progress:
+            return None
+        target = resolve_pointer(self.document, pointer)
+        return None if target is MISSING else self.merge(target, pointer)
+
+    # --- second walk: untyped schemas
+
+    def split_types(
+        self, node: Any, pointer: str | None, *, names: bool, branch: bool = False
+    ) -> Any:
+        """``node`` with its untyped schemas split by type.
+
+        ``pointer`` is where the schema sits in the client's document, or
+        None inside a restructured schema, which nothing refers into (a
+        copy: the same object may sit elsewhere too, so these are
+        remembered by identity). Not split: under ``propertyNames``
+        (``names``), where every instance is a string anyway, and a branch
+        of an ``allOf`` that could not be merged, which the engine that
+        serves it merges itself, and more easily without an ``anyOf``.
+        """
+        if not isinstance(node, dict):
+            return node
+        key = (id(node), names, branch)
+        if pointer is None and key in self.split:
+            return self.split[key]
+        movable = pointer is None or self.movable(pointer)
+
+        def child(value: Any, keyword: str, child_pointer: str) -> Any:
+            tracked = pointer is not None and (not movable or keyword in _DEFINITIONS)
+            return self.split_types(
+                value,
+                child_pointer if tracked else None,
+                names=names or keyword == "propertyNames",
+                branch=keyword == "allOf",
+            )
+
+        result = _with_children(node, pointer or "", child)
+        if movable and not names and not branch:
+            split = split_by_type(result)
+            result = result if split is None else split
+        if pointer is None:
+            self.split[key] = result
+        return result
+
+
+# Rewrites a subschema: (schema, the keyword holding it, its pointer) -> schema.
+_ChildRewrite = Callable[[Any, str, str], Any]
+
+
+def _with_children(node: dict[str, Any], pointer: str, rewrite: _ChildRewrite) -> dict[str, Any]:
+    """``node`` with ``rewrite(child, keyword, pointer)`` of each subschema; itself if unchanged."""
+    changed: dict[str, Any] = {}
+    for keyword, value in node.items():
+        new = _rewritten_value(keyword, value, pointer, rewrite)
+        if new is not value:
+            changed[keyword] = new
+    return {key: changed.get(key, value) for key, value in node.items()} if changed else node
+
+
+def _rewritten_value(keyword: str, value: Any, pointer: str, rewrite: _ChildRewrite) -> Any:
+    def one(item: Any, *keys: str | int) -> Any:
+        return rewrite(item, keyword, join_pointer(pointer, keyword, *keys))
+
+    if keyword in SCHEMA_MAPS and isinstance(value, dict):
+        items = {name: one(item, name) for name, item in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    if keyword in SCHEMA_LISTS and isinstance(value, list):
+        entries = [one(item, index) for index, item in enumerate(value)]
+        return entries if any(a is not b for a, b in zip(entries, value, strict=True)) else value
+    if keyword in SCHEMA_VALUES:
+        return rewrite(value, keyword, join_pointer(pointer, keyword))
+    return value
+
+
+def _format_as_pattern(node: dict[str, Any]) -> dict[str, Any]:
+    """A ``format`` with an exact pattern, as that ``pattern``: both constrain strings only.
+
+    Next to a ``pattern`` of its own the format stays: a string would have
+    to match both, which one pattern cannot say without lookarounds.
+    """
+    name = node.get("format")
+    if not isinstance(name, str) or "pattern" in node:
+        return node
+    pattern = format_pattern(name)
+    if pattern is None:
+        return node
+    return {
+        ("pattern" if key == "format" else key): (pattern if key == "format" else value)
+        for key, value in node.items()
+    }
+
+
+def _counts_as_integers(node: dict[str, Any]) -> dict[str, Any]:
+    """Counts written as whole floats (``2.0``), as the integers they are."""
+    whole = {
+        key: int(value)
+        for key in _COUNTS & node.keys()
+        if isinstance(value := node[key], float) and value.is_integer()
+    }
+    return {**node, **whole} if whole else node
+
+
+def _local_pointer(ref: str) -> str | None:
+    """The JSON pointer of a reference into this document, or None if it is not one.
+
+    Also None for an array index written with a leading zero: it may name
+    the same schema as a pointer spelled otherwise, which would hide that
+    the reference points there.
+    """
+    if ref != "#" and not ref.startswith("#/"):
+        return None
+    pointer = unquote(ref[1:])
+    if any(len(token) > 1 and token.startswith("0") for token in pointer.split("/")):
+        return None
+    return pointer
+
+
+def _pinned_pointers(document: Any) -> frozenset[str] | None:
+    """The schemas some ``$ref`` points inside of (not just at), which must keep their shape.
+
+    A reference into a parent's definitions does not pin the parent: the
+    rewrites keep definitions where they are. None: the document holds a
+    reference that is not a local JSON pointer, an embedded ``$id``, or a
+    keyword from :data:`_PLACE_BOUND`, and nothing in it may move.
+    """
+    pinned: set[str] = set()
+    for node, pointer in _schemas(document):
+        if _PLACE_BOUND & node.keys() or ("$id" in node and pointer):
+            return None
+        if "$ref" not in node:
+            continue
+        ref = node["$ref"]
+        target = _local_pointer(ref) if isinstance(ref, str) else None
+        if target is None:
+            return None
+        tokens = target.split("/")
+        for depth in range(1, len(tokens)):
+            if tokens[depth] not in _DEFINITIONS:
+                pinned.add("/".join(tokens[:depth]))
+    return frozenset(pinned)
+
+
+def _schemas(document: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every schema object in ``document`` reached through subschema keywords, with its pointer."""
+    pending: list[tuple[Any, str]] = [(document, "")]
+    while pending:
+        node, pointer = pending.pop()
+        if isinstance(node, dict):
+            yield node, pointer
+            pending.extend(subschemas(node, pointer))
+
+
+def _fits(result: Any, document: Any) -> bool:
+    """Whether ``result`` stays within the growth bound and the limits client input meets.
+
+    Merged references are shared, not copied, so ``result`` may be a
+    graph whose written-out size is far larger than its objects suggest:
+    its values are counted as they will be written, stopping at the bound.
+    """
+    limit = _GROWTH * _count_values(document, None) + _GROWTH_SLACK
+    if _count_values(result, limit) > limit:
+        return False
+    try:
+        check_json_value("json_schema", result)
+    except InvalidGrammarError:
+        return False
+    return True
+
+
+def _count_values(document: Any, limit: int | None) -> int:
+    """How many JSON values ``document`` writes out, counting at most to ``limit`` + 1."""
+    count = 0
+    pending = [document]
+    while pending and (limit is None or count <= limit):
+        item = pending.pop()
+        count += 1
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return count

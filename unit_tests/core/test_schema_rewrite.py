@@ -1,0 +1,444 @@
+"""The schema rewrites: what each one writes, what it leaves as written, and the engines serving
+the result.
+
+Equivalence on random schemas and on the repository's data is in
+``test_schema_rewrite_equivalence.py``; here each rule is shown on a schema,
+and schemas refused before are compiled and matched through the routed engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import pytest
+from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
+from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
+from unit_tests.xgrammar_acceptance import accepts_text, compile_schema
+
+from grammar_guard.core import xgrammar_engine
+from grammar_guard.core.errors import UnenforcedKeywordError
+from grammar_guard.core.llguidance_engine import LLGuidanceEngine
+from grammar_guard.core.routing import EngineName, RoutedEngine, route
+from grammar_guard.core.schema.analysis import analyze
+from grammar_guard.core.schema.formats import format_pattern
+from grammar_guard.core.schema.keyword_checks import unwritable_range
+from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text
+from grammar_guard.core.settings import EngineSelection
+from grammar_guard.core.spec import GrammarSpec, RequestKind
+from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
+from grammar_guard.core.xgrammar_engine import XGrammarEngine
+
+OTHERS_THAN_NUMBER = ["null", "boolean", "object", "array", "string"]
+DATE = format_pattern("date")
+
+# (id, schema, what the rewrite writes)
+REWRITTEN: list[tuple[str, Any, Any]] = [
+    # --- allOf
+    (
+        "types and bounds",
+        {"allOf": [{"type": "number", "minimum": 1}, {"type": "integer", "minimum": 3}]},
+        {"type": "integer", "minimum": 3},
+    ),
+    (
+        "the tighter of each bound and count",
+        {
+            "type": "string",
+            "maxLength": 5,
+            "allOf": [{"maxLength": 3, "minLength": 1}, {"minLength": 2}],
+        },
+        {"type": "string", "maxLength": 3, "minLength": 2},
+    ),
+    (
+        "enums intersected, required united",
+        {
+            "allOf": [
+                {"enum": [1, 2, "a"], "required": ["a"]},
+                {"enum": [2.0, "a"], "required": ["b"]},
+            ]
+        },
+        {"enum": [2, "a"], "required": ["a", "b"]},
+    ),
+    (
+        "a property in two branches gets both schemas",
+        {
+            "type": "object",
+            "allOf": [
+                {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"properties": {"a": {"maximum": 9}, "b": {"type": "string"}}},
+            ],
+        },
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer", "maximum": 9}, "b": {"type": "string"}},
+            "required": ["a"],
+        },
+    ),
+    (
+        "a referenced base",
+        {
+            "$defs": {"base": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+            "allOf": [{"$ref": "#/$defs/base"}, {"properties": {"name": {"type": "string"}}}],
+        },
+        {
+            "$defs": {"base": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+        },
+    ),
+    (
+        "additionalProperties false refuses what the other branch adds",
+        {
+            "allOf": [
+                {"properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+                {"properties": {"b": {"type": "string"}}},
+            ]
+        },
+        {"properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+    ),
+    (
+        "an additionalProperties schema applies to what the other branch adds",
+        {
+            "allOf": [
+                {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
+                {"properties": {"b": {"minimum": 1}}},
+            ]
+        },
+        {
+            "properties": {"a": {}, "b": {"minimum": 1, "type": "integer"}},
+            "additionalProperties": {"type": "integer"},
+        },
+    ),
+    (
+        "tuples of different lengths",
+        {
+            "allOf": [
+                {"prefixItems": [{"type": "integer"}]},
+                {"items": {"type": "number", "minimum": 0}},
+            ]
+        },
+        {
+            "prefixItems": [{"type": "integer", "minimum": 0}],
+            "items": {"type": "number", "minimum": 0},
+        },
+    ),
+    (
+        "a multipleOf that divides the other",
+        {"allOf": [{"type": "integer", "multipleOf": 2}, {"multipleOf": 6}]},
+        {"type": "integer", "multipleOf": 6},
+    ),
+    (
+        "one anyOf among the branches",
+        {"allOf": [{"type": "object"}, {"anyOf": [{"const": {"a": 1}}, {"const": {"b": 2}}]}]},
+        {"type": "object", "anyOf": [{"const": {"a": 1}}, {"const": {"b": 2}}]},
+    ),
+    (
+        "a property whose schemas do not merge keeps them as an allOf",
+        {
+            "allOf": [
+                {"properties": {"a": {"type": "string", "pattern": "^a"}}},
+                {"properties": {"a": {"type": "string", "pattern": "b$"}}},
+            ]
+        },
+        {
+            "properties": {
+                "a": {
+                    "allOf": [
+                        {"type": "string", "pattern": "^a"},
+                        {"type": "string", "pattern": "b$"},
+                    ]
+                }
+            }
+        },
+    ),
+    # --- untyped schemas
+    (
+        "a typeless bound",
+        {"minimum": 2, "title": "t"},
+        {"title": "t", "anyOf": [{"type": "number", "minimum": 2}, {"type": OTHERS_THAN_NUMBER}]},
+    ),
+    (
+        "keywords of several types",
+        {"maxLength": 3, "minimum": 0},
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": 3},
+                {"type": "number", "minimum": 0},
+                {"type": ["null", "boolean", "object", "array"]},
+            ]
+        },
+    ),
+    (
+        "merged branches that give no type",
+        {"allOf": [{"minimum": 1}, {"maximum": 5}]},
+        {"anyOf": [{"type": "number", "minimum": 1, "maximum": 5}, {"type": OTHERS_THAN_NUMBER}]},
+    ),
+    # --- counts
+    (
+        "a count written as a whole float",
+        {"type": "array", "maxItems": 2.0, "minItems": 0.5},
+        {"type": "array", "maxItems": 2, "minItems": 0.5},
+    ),
+    # --- formats
+    (
+        "a format with an exact pattern",
+        {"type": "string", "format": "date", "maxLength": 10},
+        {"type": "string", "pattern": DATE, "maxLength": 10},
+    ),
+    (
+        "a typeless format applies to strings only",
+        {"format": "date"},
+        {
+            "anyOf": [
+                {"type": "string", "pattern": DATE},
+                {"type": ["null", "boolean", "object", "array", "number"]},
+            ]
+        },
+    ),
+]
+
+# (id, schema): left exactly as written, each for the reason its id gives.
+KEPT: list[tuple[str, Any]] = [
+    ("no type in common", {"allOf": [{"type": "integer"}, {"type": "string"}]}),
+    ("no value in common", {"allOf": [{"enum": [1, 2]}, {"enum": [3]}]}),
+    ("two consts", {"allOf": [{"const": 1}, {"const": 2}]}),
+    (
+        "two patterns",
+        {"allOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+    ),
+    (
+        "two formats",
+        {
+            "allOf": [
+                {"type": "string", "format": "hostname"},
+                {"type": "string", "format": "idn-hostname"},
+            ]
+        },
+    ),
+    (
+        "multipleOf neither dividing",
+        {"allOf": [{"type": "integer", "multipleOf": 2}, {"type": "number", "multipleOf": 3}]},
+    ),
+    (
+        "multipleOf fractional",
+        {"allOf": [{"type": "number", "multipleOf": 0.5}, {"type": "number", "multipleOf": 1.5}]},
+    ),
+    ("two anyOfs", {"allOf": [{"anyOf": [{"type": "null"}]}, {"anyOf": [{"type": "string"}]}]}),
+    (
+        "additionalProperties with patterns",
+        {
+            "allOf": [
+                {"patternProperties": {"^x": {}}, "additionalProperties": False},
+                {"properties": {"a": {}}},
+            ]
+        },
+    ),
+    ("a cycle of references", {"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}, {}]}}}),
+    (
+        "a reference into a branch",
+        {
+            "allOf": [{"properties": {"a": {"type": "integer"}}}, {"type": "object"}],
+            "properties": {"b": {"$ref": "#/allOf/0/properties/a"}},
+        },
+    ),
+    (
+        "unevaluatedProperties reads what the branches evaluated",
+        {
+            "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}],
+            "unevaluatedProperties": False,
+        },
+    ),
+    (
+        "an embedded $id",
+        {"allOf": [{"$id": "x.json", "type": "integer"}, {"type": "integer", "minimum": 1}]},
+    ),
+    ("a remote reference", {"allOf": [{"$ref": "http://x/s.json"}, {"type": "integer"}]}),
+    ("an untyped object shape", {"properties": {"a": {"type": "integer"}}, "required": ["a"]}),
+    ("an untyped schema with an enum", {"enum": [1, "a"], "minimum": 0}),
+    ("an untyped schema with a reference", {"$defs": {"n": {}}, "$ref": "#/$defs/n", "minimum": 0}),
+    ("type-specific keywords that cannot fail", {"minLength": 0, "minItems": 0}),
+    ("property names are strings anyway", {"type": "object", "propertyNames": {"maxLength": 3}}),
+    ("a format next to a pattern", {"type": "string", "format": "date", "pattern": "^2"}),
+    ("a format with no exact pattern", {"type": "string", "format": "hostname"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"), [r[1:] for r in REWRITTEN], ids=[r[0] for r in REWRITTEN]
+)
+def test_each_rewrite_writes_the_equivalent_schema(schema: Any, expected: Any) -> None:
+    assert rewrite_schema(schema) == expected
+
+
+@pytest.mark.parametrize("schema", [k[1] for k in KEPT], ids=[k[0] for k in KEPT])
+def test_what_no_exact_rewrite_exists_for_is_left_as_written(schema: Any) -> None:
+    assert rewrite_schema(schema) is schema
+
+
+def test_the_rewrite_is_pure_and_returns_an_unchanged_schema_itself() -> None:
+    plain = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    assert rewrite_schema(plain) is plain
+    assert rewrite_schema(True) is True
+    schema = {"properties": {"x": {"allOf": [{"minimum": 1}, {"format": "date"}]}}}
+    before = copy.deepcopy(schema)
+    assert rewrite_schema(schema) != schema
+    assert schema == before
+    text = json.dumps(plain, separators=(",", ":"))
+    assert rewritten_schema_text(text) == text
+
+
+def test_a_rewritten_document_keeps_what_references_point_at() -> None:
+    # The parent's definitions stay where they were, and merged references
+    # inside the branches still resolve.
+    schema = {
+        "$defs": {
+            "id": {"type": "integer", "minimum": 1},
+            "base": {"properties": {"id": {"$ref": "#/$defs/id"}}},
+        },
+        "allOf": [{"$ref": "#/$defs/base"}, {"required": ["id"]}],
+    }
+    rewritten = assert_equivalent(schema, [{"id": 1}, {"id": 0}, {}, {"id": "x"}, 3])
+    assert rewritten["properties"] == {"id": {"$ref": "#/$defs/id"}}
+    assert rewritten["$defs"] == schema["$defs"]
+
+
+def test_hostile_documents_are_served_as_written_quickly() -> None:
+    # Each definition merges the next one twice: written out, the merged
+    # schema would double at every level.
+    defs = {
+        f"d{i}": {
+            "properties": {
+                "x": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"title": "x"}]},
+                "y": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"title": "y"}]},
+            }
+        }
+        for i in range(40)
+    }
+    defs["d40"] = {"type": "integer"}
+    growing = {"$defs": defs, "$ref": "#/$defs/d0"}
+    # A chain of references far deeper than the rewrite follows.
+    chain = {
+        f"c{i}": {"allOf": [{"$ref": f"#/$defs/c{i + 1}"}, {"minimum": i}]} for i in range(300)
+    }
+    chain["c300"] = {"type": "integer"}
+    deep = {"$defs": chain, "$ref": "#/$defs/c0"}
+    for schema in (growing, deep):
+        started = time.perf_counter()
+        rewritten = rewrite_schema(schema)
+        assert time.perf_counter() - started < 2.0
+        assert len(json.dumps(rewritten)) < 4 * len(json.dumps(schema))
+
+
+# --- the engines serve what they refused before ------------------------------------------
+
+ALL_OF = {"allOf": [{"type": "integer"}, {"minimum": 2}]}
+UNTYPED = {"type": "object", "properties": {"a": {"minimum": 2}}, "required": ["a"]}
+DATED = {
+    "type": "object",
+    "properties": {"d": {"type": "string", "format": "date"}},
+    "required": ["d"],
+}
+# xgrammar writes no number in this range: an empty rule, which accepted {"a":}.
+TINY_RANGE = {
+    "type": "object",
+    "properties": {"a": {"type": "number", "minimum": 1e-10, "maximum": 2e-10}},
+    "required": ["a"],
+}
+
+
+def _json(schema: Any) -> GrammarSpec:
+    return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
+
+
+def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
+    compiled = routed.compile(spec)
+    matcher = routed.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    tokens = [VOCAB.index(char) for char in text] + [VOCAB.index(EOS)]
+    return all(matcher.accept_token(token) for token in tokens) and matcher.is_terminated()
+
+
+@pytest.mark.parametrize(
+    ("schema", "engine", "valid", "invalid"),
+    [
+        (ALL_OF, EngineName.XGRAMMAR, "2", "1"),
+        (ALL_OF, EngineName.XGRAMMAR, "7", '"x"'),
+        # Its other types include any object: compact, xgrammar writes those with ", ".
+        (UNTYPED, EngineName.LLGUIDANCE, '{"a":2}', '{"a":1}'),
+        (UNTYPED, EngineName.LLGUIDANCE, '{"a":"x"}', "{}"),
+        (DATED, EngineName.XGRAMMAR, '{"d":"2024-02-29"}', '{"d":"2023-02-29"}'),
+        (TINY_RANGE, EngineName.LLGUIDANCE, '{"a":0.00000000015}', '{"a":}'),
+        (TINY_RANGE, EngineName.LLGUIDANCE, '{"a":0.0000000002}', '{"a":0.000001}'),
+    ],
+)
+def test_schemas_refused_before_are_served_and_enforced(
+    routed: RoutedEngine, schema: Any, engine: EngineName, valid: str, invalid: str
+) -> None:
+    spec = _json(schema)
+    assert route(spec).engine is engine
+    assert _accepts(routed, spec, valid)
+    assert not _accepts(routed, spec, invalid)
+
+
+def test_xgrammar_alone_now_serves_merged_and_split_schemas(
+    small: SmallTokenizer, small_llguidance: LLGuidanceEngine
+) -> None:
+    forced = RoutedEngine(small.engine, small_llguidance, EngineSelection.XGRAMMAR)
+    for schema, valid, invalid in ((ALL_OF, "3", "1"), (UNTYPED, '{"a":3}', '{"a":0}')):
+        assert _accepts(forced, _json(schema), valid)
+        assert not _accepts(forced, _json(schema), invalid)
+
+
+def test_xgrammar_refuses_a_number_range_it_writes_as_nothing() -> None:
+    # What it did: an empty rule where the number goes, so malformed JSON got through.
+    assert accepts_text(compile_schema(TINY_RANGE), '{"a":}')
+    with pytest.raises(UnenforcedKeywordError, match="'minimum' at /properties/a/minimum"):
+        XGrammarEngine.check(_json(TINY_RANGE))
+
+
+@pytest.mark.parametrize(
+    ("bounds", "empty"),
+    [
+        ({"minimum": 1e-10, "maximum": 2e-10}, True),
+        ({"minimum": 1e-6, "maximum": 1e-6}, False),  # 0.000001 has six decimals
+        ({"exclusiveMinimum": 0, "exclusiveMaximum": 1e-6}, True),
+        ({"exclusiveMinimum": 0, "maximum": 1e-6}, False),
+        ({"minimum": 0.1234567, "maximum": 0.1234568}, True),
+        ({"minimum": 123456.1234567, "maximum": 123456.1234568}, True),
+        ({"minimum": 0.1, "maximum": 0.1}, False),  # as written, not as the float 0.1
+        ({"minimum": 1e-10}, False),  # open above
+    ],
+)
+def test_calibration_the_ranges_xgrammar_writes_as_nothing(
+    bounds: dict[str, Any], empty: bool
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "number", **bounds}},
+        "required": ["a"],
+    }
+    assert (unwritable_range(bounds, 6) is not None) is empty
+    assert bool(analyze(schema, XGRAMMAR)) is empty
+    assert accepts_text(compile_schema(schema), '{"a":}') is empty, "update number_fraction_digits"
+
+
+def test_a_range_with_no_number_at_all_is_left_to_xgrammar_which_refuses_it() -> None:
+    assert unwritable_range({"minimum": 3, "maximum": 2}, 6) is None
+    assert unwritable_range({"exclusiveMinimum": 2, "maximum": 2}, 6) is None
+
+
+def test_a_structural_tag_s_schemas_are_rewritten_too(small: SmallTokenizer) -> None:
+    tag = {"structures": [{"begin": "<a>", "schema": ALL_OF, "end": "</a>"}], "triggers": ["<a>"]}
+    spec = GrammarSpec.build(RequestKind.STRUCTURAL_TAG, tag, COMPACT)
+    assert XGrammarEngine.check(spec) == ()
+    assert route(spec).engine is EngineName.XGRAMMAR
+
+
+def test_a_change_of_the_rewrite_changes_the_fingerprint(
+    small: SmallTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = XGrammarEngine(small.engine._tokenizer_info, compile_threads=1).fingerprint
+    monkeypatch.setattr(xgrammar_engine, "REWRITE_VERSION", "another rewrite")
+    after = XGrammarEngine(small.engine._tokenizer_info, compile_threads=1).fingerprint
+    assert before != after

@@ -1,0 +1,402 @@
+"""The schema rewrites accept exactly what the client's schema accepts (jsonschema, the oracle).
+
+Two layers:
+
+* property tests (hypothesis, derandomised so CI is deterministic): random
+  schemas of the shapes each rewrite handles, and random instances, some
+  drawn near the schema so that both verdicts occur;
+* the repository's data: every schema of the jsonschemabench sample and of
+  the JSON-Schema-Test-Suite that a rewrite changes gives each of its
+  labelled instances the same verdict before and after.
+
+The oracle reads ``format`` as an assertion (as the analysis does) for the
+formats the pattern table claims, checked by the table's own patterns: that
+each pattern is exact is ``test_format_patterns.py``'s business; here it is
+that the rewrite puts the pattern where the format applied. ``pattern`` is
+matched as ECMA-262 does, where ``$`` is the very end (Python's also
+matches before a final newline).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+from benchmarks.coverage.cases import SAMPLE_DATA_DIR
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource
+from referencing.jsonschema import DRAFT202012
+
+from grammar_guard.core.schema.formats import format_pattern
+from grammar_guard.core.schema.rewrite import DEFINED_FORMATS, rewrite_schema
+
+SUITE = SAMPLE_DATA_DIR / "json-schema-test-suite"
+BENCH = SAMPLE_DATA_DIR / "jsonschemabench"
+_REMOTE_PREFIX = "http://localhost:1234/"
+PROPERTIES = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+# --- the oracle -------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _ecma(pattern: str) -> re.Pattern[str]:
+    """``pattern`` for Python's ``re`` with ECMA-262's ``$``: the end of the string only."""
+    out: list[str] = []
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            char = r"\Z"
+        out.append(char)
+    return re.compile("".join(out))
+
+
+def _pattern_keyword(
+    validator: Any, pattern: str, instance: Any, schema: Any
+) -> Iterator[jsonschema.ValidationError]:
+    if validator.is_type(instance, "string") and not _ecma(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _pattern_keyword}
+)
+
+
+def _matches(pattern: str, instance: object) -> bool:
+    return not isinstance(instance, str) or bool(_ecma(pattern).search(instance))
+
+
+def _table_formats() -> jsonschema.FormatChecker:
+    checker = jsonschema.FormatChecker(formats=())
+    for name in DEFINED_FORMATS:
+        pattern = format_pattern(name)
+        if pattern is not None:
+            checker.checks(name)(functools.partial(_matches, pattern))
+    return checker
+
+
+def _remote(uri: str) -> Resource[Any]:
+    if not uri.startswith(_REMOTE_PREFIX):
+        raise NoSuchResource(ref=uri)
+    document = json.loads((SUITE / "remotes" / uri[len(_REMOTE_PREFIX) :]).read_text())
+    return Resource.from_contents(document, default_specification=DRAFT202012)
+
+
+_FORMATS = _table_formats()
+_REGISTRY: Registry[Any] = Registry(retrieve=_remote)  # type: ignore[call-arg]
+
+
+def verdicts(schema: Any, instances: list[Any]) -> list[bool | str]:
+    """Each instance's validity under ``schema``; "error" where the oracle cannot tell."""
+    validator = _Validator(schema, format_checker=_FORMATS, registry=_REGISTRY)
+    out: list[bool | str] = []
+    for instance in instances:
+        try:
+            out.append(validator.is_valid(instance))
+        except Exception as exc:  # an unresolvable reference, a regex Python cannot read
+            out.append(f"error: {type(exc).__name__}")
+    return out
+
+
+def assert_equivalent(schema: Any, instances: list[Any]) -> Any:
+    """Rewrite ``schema``, check it was not changed and that every verdict holds; the result."""
+    before = copy.deepcopy(schema)
+    rewritten = rewrite_schema(schema)
+    assert schema == before, "the rewrite changed its input"
+    if rewritten is not schema:
+        original, after = verdicts(schema, instances), verdicts(rewritten, instances)
+        differ = [
+            (instance, was, now)
+            for instance, was, now in zip(instances, original, after, strict=True)
+            if was != now
+        ]
+        assert not differ, f"{json.dumps(schema)}\n-> {json.dumps(rewritten)}\n{differ}"
+    return rewritten
+
+
+# --- random schemas and instances -------------------------------------------------------
+
+_NAMES = ("a", "b", "c")
+_STRINGS = ("", "a", "b", "ab", "ba", "abc", "aab", "2021-02-28", "2020-02-29", "x@y.z")
+_NUMBERS = (-1, 0, 1, 2, 3, 4, 6, 12, 0.5, 1.5, 2.0, 2.5)
+_SCALARS = st.one_of(st.none(), st.booleans(), st.sampled_from(_NUMBERS), st.sampled_from(_STRINGS))
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from((*_NAMES, "d")), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+_BOUNDS = st.sampled_from((-1, 0, 1, 1.5, 2, 3, 6))
+_COUNTS = st.integers(0, 3) | st.sampled_from((1.0, 2.0))
+_PATTERNS = st.sampled_from(("^a", "b", "^a+$", "^[ab]*$", "^(ab)+$"))
+_FORMAT_NAMES = st.sampled_from(
+    (*(name for name in DEFINED_FORMATS if format_pattern(name)), "unknown-format")
+)
+_DEFINITION = {"d": {"type": "integer", "minimum": 1}, "e": {"required": ["a"]}}
+
+
+def _keyword_values(depth: int) -> dict[str, st.SearchStrategy[Any]]:
+    def sub() -> st.SearchStrategy[Any]:
+        return _schemas(depth + 1)
+
+    return {
+        "title": st.just("t"),
+        "type": st.sampled_from(_TYPES)
+        | st.lists(st.sampled_from(_TYPES), min_size=1, max_size=3, unique=True),
+        "minimum": _BOUNDS,
+        "maximum": _BOUNDS,
+        "exclusiveMinimum": _BOUNDS,
+        "exclusiveMaximum": _BOUNDS,
+        "multipleOf": st.sampled_from((2, 3, 4, 5, 6, 0.5)),
+        "minLength": _COUNTS,
+        "maxLength": _COUNTS,
+        "minItems": _COUNTS,
+        "maxItems": _COUNTS,
+        "minProperties": _COUNTS,
+        "maxProperties": _COUNTS,
+        "pattern": _PATTERNS,
+        "format": _FORMAT_NAMES,
+        "enum": st.lists(_SCALARS, min_size=1, max_size=4),
+        "const": _SCALARS,
+        "required": st.lists(st.sampled_from(_NAMES), max_size=3, unique=True),
+        "uniqueItems": st.booleans(),
+        "dependentRequired": st.just({"a": ["b"]}),
+        "propertyNames": st.sampled_from(
+            ({"maxLength": 1}, {"pattern": "^[ab]$"}, {"enum": ["a", "c"]})
+        ),
+        "$ref": st.sampled_from(("#/$defs/d", "#/$defs/e")),
+        "properties": st.dictionaries(st.sampled_from(_NAMES), sub(), max_size=2),
+        "additionalProperties": st.booleans() | sub(),
+        "patternProperties": st.dictionaries(st.sampled_from(("^a", "b$")), sub(), max_size=1),
+        "items": st.booleans() | sub(),
+        "prefixItems": st.lists(sub(), min_size=1, max_size=2),
+        "contains": sub(),
+        "anyOf": st.lists(sub(), min_size=1, max_size=2),
+        "not": sub(),
+        "allOf": st.lists(sub(), min_size=1, max_size=2),
+    }
+
+
+# Keywords a subschema may hold at each depth: the applicators only near the top.
+_SCALAR_KEYWORDS = (
+    "type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+    "pattern", "format", "enum", "const", "required", "uniqueItems", "dependentRequired",
+    "propertyNames", "$ref",
+)  # fmt: skip
+_APPLICATORS = (
+    "properties", "additionalProperties", "patternProperties", "items", "prefixItems",
+    "contains", "anyOf", "not", "allOf",
+)  # fmt: skip
+# Type-specific keywords only, for untyped schemas.
+_TYPED_KEYWORDS = (
+    "minimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength", "pattern",
+    "format", "minItems", "items", "uniqueItems", "required", "properties", "maxProperties",
+    "propertyNames",
+)  # fmt: skip
+
+
+@st.composite
+def _schemas(draw: st.DrawFn, depth: int = 0, keywords: tuple[str, ...] | None = None) -> Any:
+    if keywords is None:
+        keywords = _SCALAR_KEYWORDS + (_APPLICATORS if depth < 2 else ())
+    chosen = draw(st.lists(st.sampled_from(keywords), max_size=4, unique=True))
+    values = _keyword_values(depth)
+    return {keyword: draw(values[keyword]) for keyword in chosen}
+
+
+# Keyword families for allOf branches: within one, parts often share a keyword,
+# which is what the merge has to combine.
+_FAMILIES = {
+    "numbers": ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                "multipleOf", "enum", "const"),
+    "strings": ("type", "minLength", "maxLength", "pattern", "format", "enum", "const"),
+    "objects": ("type", "properties", "required", "additionalProperties", "patternProperties",
+                "propertyNames", "minProperties", "maxProperties", "dependentRequired"),
+    "arrays": ("type", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
+    "applicators": ("type", "$ref", "required", "anyOf", "not", "allOf", "properties"),
+}  # fmt: skip
+
+
+@st.composite
+def all_of_schemas(draw: st.DrawFn, family: tuple[str, ...]) -> dict[str, Any]:
+    """A parent with keywords of ``family`` and an allOf of two to four branches of them."""
+    keywords = tuple(keyword for keyword in family if keyword != "allOf")
+    parent = draw(_schemas(depth=1, keywords=keywords))
+    branches = draw(st.lists(_schemas(depth=1, keywords=family), min_size=2, max_size=4))
+    if draw(st.booleans()):  # the common case: one branch says the type
+        branches[0]["type"] = draw(st.sampled_from(_TYPES))
+    return {**parent, "allOf": branches, "$defs": _DEFINITION}
+
+
+@st.composite
+def untyped_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    """An object whose properties are untyped schemas of type-specific keywords."""
+    untyped = _schemas(depth=1, keywords=_TYPED_KEYWORDS) | _schemas(
+        depth=1, keywords=(*_TYPED_KEYWORDS, "title", "enum")
+    )
+    properties = draw(st.dictionaries(st.sampled_from(_NAMES), untyped, min_size=1, max_size=3))
+    top = draw(_schemas(depth=1, keywords=_TYPED_KEYWORDS))
+    return {**top, "properties": {**top.get("properties", {}), **properties}, "$defs": _DEFINITION}
+
+
+@st.composite
+def near(draw: st.DrawFn, schema: Any, depth: int = 0) -> Any:
+    """A value built from what ``schema`` asks for, so that valid ones come up too."""
+    if not isinstance(schema, dict) or depth > 3 or draw(st.integers(0, 4)) == 0:
+        return draw(_VALUES)
+    if schema.get("enum"):
+        return draw(st.sampled_from(schema["enum"]))
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("allOf"), list):
+        # What the branches ask for together, shallowly: a value meant for all of them.
+        parts = [schema, *(b for b in schema["allOf"] if isinstance(b, dict))]
+        together = {k: v for part in parts for k, v in part.items() if k != "allOf"}
+        together["properties"] = {
+            name: sub for part in parts for name, sub in part.get("properties", {}).items()
+        }
+        return draw(near(together, depth + 1))
+    if schema.get("anyOf"):
+        return draw(near(draw(st.sampled_from(schema["anyOf"])), depth + 1))
+    numbers = [v for key in _NUMBER_KEYWORDS if isinstance(v := schema.get(key), int | float)]
+    if numbers and draw(st.booleans()):  # at and around the bounds, and multiples
+        base = draw(st.sampled_from(numbers))
+        return draw(st.sampled_from((base, base - 1, base + 1, base + 0.5, 2 * base, 3 * base)))
+    if "properties" in schema or "required" in schema:
+        properties = schema.get("properties", {})
+        names = draw(st.lists(st.sampled_from((*_NAMES, "d")), max_size=3, unique=True))
+        return {name: draw(near(properties.get(name, {}), depth + 1)) for name in names}
+    if "items" in schema or "prefixItems" in schema:
+        head = [draw(near(item, depth + 1)) for item in schema.get("prefixItems", [])]
+        tail = draw(st.lists(near(schema.get("items", {}), depth + 1), max_size=2))
+        return head + tail
+    return draw(_VALUES)
+
+
+def _instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    return st.lists(near(schema) | _VALUES, min_size=8, max_size=16)
+
+
+def _run(schemas: st.SearchStrategy[Any], outcome: Any, examples: int = 200) -> Counter[str]:
+    """Check every drawn schema; count what ``outcome(schema, rewritten)`` says of each.
+
+    Counted apart: the schemas some drawn instance is valid for, where a
+    rewrite that rejects too much would show.
+    """
+    seen: Counter[str] = Counter()
+
+    @settings(PROPERTIES, max_examples=examples)
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        schema = data.draw(schemas, label="schema")
+        instances = data.draw(_instances(schema), label="instances")
+        rewritten = assert_equivalent(schema, instances)
+        seen[outcome(schema, rewritten)] += 1
+        if True in verdicts(schema, instances):
+            seen[f"{outcome(schema, rewritten)}, some valid"] += 1
+
+    check()
+    return seen
+
+
+@pytest.mark.parametrize("family", sorted(_FAMILIES))
+def test_all_of_merges_accept_exactly_what_the_all_of_accepts(family: str) -> None:
+    seen = _run(
+        all_of_schemas(_FAMILIES[family]),
+        lambda schema, rewritten: "merged" if "allOf" not in rewritten else "kept",
+        examples=80,
+    )
+    # Not vacuous: merges happen, on schemas with valid instances too.
+    assert seen["merged"] >= 15 and seen["merged, some valid"] >= 5, seen
+
+
+def test_all_of_merges_of_any_keywords_accept_exactly_what_the_all_of_accepts() -> None:
+    every = tuple(dict.fromkeys(k for family in _FAMILIES.values() for k in family))
+    seen = _run(
+        all_of_schemas(every),
+        lambda schema, rewritten: "merged" if "allOf" not in rewritten else "kept",
+    )
+    assert seen["merged, some valid"] >= 40 and seen["kept"] >= 20, seen
+
+
+def test_untyped_splits_accept_exactly_what_the_untyped_schema_accepts() -> None:
+    seen = _run(
+        untyped_schemas(),
+        lambda schema, rewritten: "split" if "anyOf" in json.dumps(rewritten) else "kept",
+    )
+    assert seen["split, some valid"] >= 100, seen
+
+
+def test_formats_written_as_patterns_accept_exactly_what_the_format_accepts() -> None:
+    format_schemas = st.fixed_dictionaries(
+        {"format": _FORMAT_NAMES},
+        optional={
+            "type": st.sampled_from(("string", "integer", ["string", "null"])),
+            "pattern": _PATTERNS,
+            "maxLength": st.integers(0, 12),
+        },
+    )
+    seen = _run(
+        format_schemas,
+        lambda schema, rewritten: "pattern" if "format" not in json.dumps(rewritten) else "kept",
+    )
+    assert seen["pattern, some valid"] >= 50, seen
+
+
+# --- the repository's data --------------------------------------------------------------
+
+
+def _bench_cases() -> Iterator[tuple[str, Any, list[Any]]]:
+    for path in sorted(BENCH.glob("*.json")):
+        case = json.loads(path.read_text())
+        yield path.name, case["schema"], [test["data"] for test in case["tests"]]
+
+
+def _suite_cases() -> Iterator[tuple[str, Any, list[Any]]]:
+    draft = SUITE / "tests" / "draft2020-12"
+    for path in sorted(draft.rglob("*.json")):
+        for index, case in enumerate(json.loads(path.read_text())):
+            name = f"{path.relative_to(draft).as_posix()}[{index}]"
+            yield name, case["schema"], [test["data"] for test in case["tests"]]
+
+
+def test_every_jsonschemabench_schema_the_rewrite_changes_keeps_each_verdict() -> None:
+    changed = [name for name, schema, tests in _bench_cases() if _changed(schema, tests)]
+    assert len(changed) >= 25, changed  # the sample holds allOf, formats and untyped schemas
+
+
+def test_every_suite_schema_the_rewrite_changes_keeps_each_verdict() -> None:
+    changed = [name for name, schema, tests in _suite_cases() if _changed(schema, tests)]
+    assert len(changed) >= 100, changed
+
+
+def _changed(schema: Any, instances: list[Any]) -> bool:
+    return assert_equivalent(schema, instances) is not schema
