@@ -8,6 +8,8 @@ import pytest
 import torch
 from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB
 
+from grammar_guard.core import bitmask_fill
+from grammar_guard.core.bitmask_fill import RowFill
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.failures import FailureClass
 from grammar_guard.core.guarded_matcher import GuardedMatcher
@@ -345,3 +347,37 @@ def test_a_grammar_past_llguidances_limits_at_its_first_mask_says_so(
     regex = "".join(f"[^{letter}]{{0,63}}" for letter in "abcdefgh")
     with pytest.raises(InvalidGrammarError, match="past llguidance's limits: lexer error"):
         engine.compile(_spec(RequestKind.REGEX, regex))
+
+
+def test_a_batch_fill_past_llguidances_limits_ends_only_that_request(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    """The batch call fills every row; one matcher past a limit must not pass unseen.
+
+    Its row would allow only a stop token the matcher then refuses (a 500 on a
+    busy server, where rows are filled in batches). The batch raises, the rows
+    are filled again one by one, and only that request ends, as the client's.
+    """
+    ended: list[tuple[str, FailureClass]] = []
+
+    def guarded(regex: str) -> GuardedMatcher:
+        compiled = small_llguidance.compile(_spec(RequestKind.REGEX, regex))
+        return GuardedMatcher(
+            small_llguidance.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0),
+            regex,
+            end_request=lambda request_id, why, failure: ended.append((why, failure)),
+            report_fault=lambda label, fault: None,
+        )
+
+    past_limits, healthy = guarded("a{99999999}"), guarded("[a-z]+")
+    expected = torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32)
+    guarded("[a-z]+").fill_bitmask(expected, 0)
+    bitmask = torch.zeros((2, expected.shape[1]), dtype=torch.int32)
+    rows = [RowFill(past_limits, 0), RowFill(healthy, 1)]
+    matchers = [fill.target.batch_matcher() for fill in rows]
+    bitmask_fill._fill_batch(bitmask, rows, matchers, threads=1)  # type: ignore[arg-type]
+    assert torch.equal(bitmask[1], expected[0])
+    assert past_limits.fault is not None and (bitmask[0] == -1).all()  # seen at the fill
+    assert past_limits.accept_tokens("req", [VOCAB.index("a")]) is False
+    ((why, failure),) = ended
+    assert failure is FailureClass.INVALID and "past llguidance's limits" in why

@@ -183,6 +183,11 @@ class LLGuidanceMatcher:
             [(m._matcher, row) for m, row in zip(own, rows, strict=True)],
             bitmask,
         )
+        if any(matcher._matcher.is_error() for matcher in own):
+            # Past a limit in the batch: its row would allow only a stop token
+            # the matcher then refuses. The caller fills each row again on its
+            # own, where the failing matcher says why (fill_bitmask).
+            raise InvalidGrammarError("a grammar of the batch grew past llguidance's limits")
         fixed = [(m, row) for m, row in zip(own, rows, strict=True) if m._ends != m._eos_ids]
         if fixed:
             words = _words(bitmask)
