@@ -8,12 +8,12 @@ seen (a compile each), and check every output. At the end the good stream
 must be spotless, the server must still answer, and its engine core must be
 the process it started with.
 
-The server keeps at most one hopeless compile running at a time here: after
-a case that times out, the next case waits until that compile has ended (it
-goes on in the background until it lands or is stopped). Several compile
-workers (four by default) keep one slow compile from holding up new keys
-(docs/compile-cache.md); a burst of them filling every worker would test a
-guarantee the product does not make.
+The corpus holds one hopeless compile (a 1 MiB regex: about a minute of one
+core). Its client gets the timeout at the deadline; the compile goes on in a
+compile worker (four by default) for the rest of the corpus, so the later
+cases and the good stream are answered beside it, as they would be on a
+server. That a timed-out compile lands and is then served is
+test_compile_cache.py's subject, not this corpus's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,6 @@ from harness.bad_input.builders import completion, constrained
 from harness.bad_input.case import SERVER_ARGS, Case, Outcome, Reply, json_output
 from harness.bad_input.corpus import CORPUS
 from harness.server import ApiServer, engine_core_process, start_api_server
-from prometheus_client.parser import text_string_to_metric_families
 
 from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS
 from grammar_guard.core.settings import Settings
@@ -41,16 +39,15 @@ from grammar_guard.core.settings import Settings
 pytestmark = pytest.mark.engine
 
 COMPILE_TIMEOUT_S = 2.0
-# How long a timed-out compile may take to end in the background (the
-# largest, a 1 MiB regex, takes about a minute of one core).
-LANDING_BOUND_S = 300.0
+# Longer than the 1 MiB regex's compile (about a minute of one core).
+COMPILE_KILL_AFTER_S = 300.0
 SERVER_ENV = {
     "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S),
     "GRAMMAR_GUARD_CACHE_MB": "64",
     # Timed-out compiles land instead of being killed at 4 timeouts: a killed
     # compile takes its worker out of the pool while a new one boots, which is
     # compile isolation's subject (docs/compile-isolation.md), not this corpus's.
-    "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": str(LANDING_BOUND_S),
+    "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S": str(COMPILE_KILL_AFTER_S),
 }
 # What any one request may take: the API process's validation budget, the
 # two-phase compile timeout (queued, then compiling) and a few dozen decode
@@ -186,47 +183,16 @@ def good_stream(server: ApiServer) -> Iterator[GoodStream]:
     stream.stop()
 
 
-def slow_compiles(server: ApiServer) -> float:
-    """Compiles that ended after running past the compile timeout (compile-time histogram).
-
-    Counted above the smallest bucket bound that is at least the timeout;
-    the good stream's compiles take milliseconds and never reach it.
-    """
-    with urllib.request.urlopen(server.base_url + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    (family,) = (
-        family
-        for family in text_string_to_metric_families(text)
-        if family.name == "grammar_guard_compile_seconds"
-    )
-    buckets = {
-        float(sample.labels["le"]): sample.value
-        for sample in family.samples
-        if sample.name.endswith("_bucket")
-    }
-    bound = min(le for le in buckets if le >= COMPILE_TIMEOUT_S)
-    return buckets[float("inf")] - buckets[bound]
-
-
-def wait_for_slow_compile(server: ApiServer, landed_before: float) -> None:
-    deadline = time.monotonic() + LANDING_BOUND_S
-    while slow_compiles(server) <= landed_before:
-        assert time.monotonic() < deadline, "a timed-out compile never ended"
-        time.sleep(1.0)
-
-
 @pytest.mark.parametrize("case", CORPUS, ids=[case.name for case in CORPUS])
 def test_bad_input_gets_its_expected_answer_in_bounded_time(
     server: ApiServer, engine: psutil.Process, good_stream: GoodStream, case: Case
 ) -> None:
-    landed_before = slow_compiles(server)
     reply, elapsed = post(server.base_url, case, server.model)
     case.verify(reply)
     assert elapsed < REQUEST_BOUND_S
     if case.expected is Outcome.TIMED_OUT:
         # It was the compile deadline that ended it, not a fault: it waited it out.
         assert elapsed >= COMPILE_TIMEOUT_S
-        wait_for_slow_compile(server, landed_before)
 
 
 def test_good_requests_were_unaffected_and_the_engine_never_restarted(

