@@ -15,9 +15,12 @@ as the literal characters rather than ``\\u`` escapes.
 Choices where the RFC text leaves room, made the way the test suite reads it:
 
 - ``date``/``time``/``date-time`` (RFC 3339 section 5.6): ``T`` and ``Z`` in
-  either case; Feb 29 only in Gregorian leap years; second 60 only when the
-  time, less its offset, is 23:59 UTC (so ``01:29:60+01:30`` is a leap
-  second), on any date, as the suite does not tie leap seconds to a calendar.
+  either case; Feb 29 only in Gregorian leap years; second 60 only as
+  ``23:59:60`` with a zero offset (``Z``, ``+00:00``, ``-00:00``), on any
+  date, as the suite does not tie leap seconds to a calendar. The RFC also
+  allows a leap second in local time (``15:59:60-08:00``); refusing those is
+  the one over-constraint here, taken because the exact pattern needs one
+  branch per minute of the day (54 kB, the slowest of all to compile).
 - ``duration`` (RFC 3339 appendix A): the designators are ABNF quoted strings,
   so they match in either case, as ``T`` and ``Z`` do.
 - ``ipv4`` (RFC 2673 dotted-quad): no leading zeros (``01``), as in RFC 3986's
@@ -57,13 +60,8 @@ Engine notes (measured; unit_tests/core/test_format_patterns.py pins them):
   ``relative-json-pointer``; ``ipv6`` and ``email`` 25-90 ms on xgrammar.
   Slow on xgrammar: ``uri`` ~80-140 ms, ``uri-reference`` ~100-270 ms,
   ``iri`` ~115-130 ms, ``iri-reference`` ~160-255 ms, ``uri-template``
-  ~120 ms (the non-ASCII ranges next to expressions), and ``time`` /
-  ``date-time`` ~370-530 ms. llguidance takes under 10 ms for all but
-  ``time`` / ``date-time`` (40-115 ms with its first mask). The time
-  patterns are large (about 54 kB): a leap second is valid only when the
-  local time less its offset is 23:59, and that ties the hh:mm before the
-  fractional seconds to the offset after them, so each of the 1440 local
-  times gets its own branch.
+  ~120 ms (the non-ASCII ranges next to expressions). llguidance takes
+  under 10 ms for all of them.
 """
 
 from __future__ import annotations
@@ -165,34 +163,16 @@ _TIME_OFFSET = _group(_UTC, f"[+\\-]{_HOUR}:{_MINUTE}")
 _ORDINARY_TIME = f"{_HOUR}:{_MINUTE}:[0-5][0-9]{_SECFRAC}{_TIME_OFFSET}"
 
 
-def _leap_second_offsets(hour: int, minute: int) -> list[str]:
-    """The offsets that make local ``hour:minute`` 23:59 UTC (local = UTC + offset).
-
-    A minus offset ``-HH:MM`` gives 23:59 - HH:MM, never borrowing: HH = 23 - hour
-    and MM = 59 - minute. A plus offset ``+HH:MM`` with MM >= 1 carries one
-    hour, so the local time is HH:(MM - 1); with MM = 00 it is (HH - 1):59.
-    """
-    minus = f"-{23 - hour:02d}:{59 - minute:02d}"
-    plus = f"+{(hour + 1) % 24:02d}:00" if minute == 59 else f"+{hour:02d}:{minute + 1:02d}"
-    offsets = [minus, "\\" + plus]
-    if (hour, minute) == (23, 59):
-        offsets.append(_UTC)
-    return offsets
+# A leap second is valid whenever the time less its offset is 23:59 UTC, but
+# written exactly that ties the hh:mm before the fraction to the offset after
+# it: one branch per local minute, a 54 kB pattern that compiled slower than
+# any other format. Only the UTC spelling is kept (an over-constraint:
+# "15:59:60-08:00" is refused, never anything invalid accepted).
+_UTC_OFFSET = _group(_UTC, "[+\\-]00:00")
+_LEAP_SECOND_TIME = f"23:59:60{_SECFRAC}{_UTC_OFFSET}"
 
 
-def _leap_second_time() -> str:
-    """Every ``hh:mm:60`` that is 23:59:60 UTC, each with the offsets that make it so."""
-    hours = []
-    for hour in range(24):
-        minutes = [
-            f"{minute:02d}:60{_SECFRAC}{_group(*_leap_second_offsets(hour, minute))}"
-            for minute in range(60)
-        ]
-        hours.append(f"{hour:02d}:{_group(*minutes)}")
-    return _group(*hours)
-
-
-_FULL_TIME = _group(_ORDINARY_TIME, _leap_second_time())
+_FULL_TIME = _group(_ORDINARY_TIME, _LEAP_SECOND_TIME)
 _DATE_TIME = f"{_FULL_DATE}{_either_case('t')}{_FULL_TIME}"
 
 
