@@ -45,9 +45,10 @@ from grammar_guard.core.spec import GrammarSpec, RequestKind
 # How llguidance's strict JSON compiler names what it would not enforce.
 _UNIMPLEMENTED_KEYS = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
-# Goes into the fingerprint: a grammar stored before a schema rewrite existed
-# (listed_patterns.py) must not be loaded by an engine that applies it.
-GRAMMAR_REWRITES = "listed-pattern-properties-folded"
+# Goes into the fingerprint: a grammar stored before one of these rewrites
+# existed (listed_patterns.py, required names listed when closing) must not
+# be loaded by an engine that applies it.
+GRAMMAR_REWRITES = "listed-pattern-properties-folded,required-names-listed"
 
 
 class EngineDoesNotSupport(InvalidGrammarError):
@@ -149,9 +150,11 @@ def closed_like_xgrammar(schema: Any) -> Any:
     the schema says otherwise; llguidance follows JSON Schema and allows
     them. Closed the same way, a request gets the same output language
     whichever engine serves it, and a weak model cannot pad an object with
-    invented keys. The members of an ``allOf``, and a schema next to one,
-    are left open: closing them would forbid the properties the other
-    members add.
+    invented keys. A name the object ``required`` but did not list is listed
+    as any value: the schema names it, so it is not invented, and closing it
+    out would leave no object at all (xgrammar refuses such a schema). The
+    members of an ``allOf``, and a schema next to one, are left open:
+    closing them would forbid the properties the other members add.
     """
     return _closed(schema, in_all_of=False)
 
@@ -163,9 +166,18 @@ def _closed(node: Any, *, in_all_of: bool) -> Any:
     if not in_all_of and "allOf" not in node:
         if "properties" in node and not _OPENING_OBJECT_KEYWORDS & node.keys():
             result["additionalProperties"] = False
+            result["properties"] = _with_required_listed(result["properties"], node.get("required"))
         if "prefixItems" in node and not _OPENING_ARRAY_KEYWORDS & node.keys():
             result["items"] = False
     return result
+
+
+def _with_required_listed(properties: Any, required: Any) -> Any:
+    """``properties`` with each name of ``required`` it lacks added as any value (``{}``)."""
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return properties
+    missing = [name for name in required if isinstance(name, str) and name not in properties]
+    return {**properties, **{name: {} for name in missing}} if missing else properties
 
 
 def _closed_child(keyword: str, value: Any) -> Any:
