@@ -501,7 +501,7 @@ UNENFORCED_SCHEMA = {
     "type": "object",
     "properties": {
         # A format no exact pattern stands for (schema/formats.py): it stays a format.
-        "host": {"type": "string", "format": "hostname"},
+        "host": {"type": "string", "format": "idn-hostname"},
         "n": {"type": "integer", "not": {"const": 3}},
     },
     "required": ["host", "n"],
@@ -517,7 +517,7 @@ def test_check_refuses_unenforced_keywords_naming_each(small: SmallTokenizer) ->
         ("not", "/properties/n/not"),
     ]
     assert refused.value.reason == (
-        "json_schema uses keywords grammar-guard cannot enforce: 'format: hostname' at "
+        "json_schema uses keywords grammar-guard cannot enforce: 'format: idn-hostname' at "
         "/properties/host/format, 'not' at /properties/n/not; set "
         "GRAMMAR_GUARD_UNENFORCED=warn to accept them unenforced"
     )
@@ -529,7 +529,7 @@ def test_check_refuses_unenforced_keywords_naming_each(small: SmallTokenizer) ->
 def test_warn_mode_returns_the_findings_and_compiles(small: SmallTokenizer) -> None:
     spec = small.spec(RequestKind.JSON_SCHEMA, UNENFORCED_SCHEMA, COMPACT)
     found = XGrammarEngine.check(spec, unenforced=UnenforcedPolicy.WARN)
-    assert [f.label for f in found] == ["format: hostname", "not"]
+    assert [f.label for f in found] == ["format: idn-hostname", "not"]
     engine = XGrammarEngine(small.engine._tokenizer_info, compile_threads=1,
                             unenforced=UnenforcedPolicy.WARN)  # fmt: skip
     matcher = engine.new_matcher(engine.compile(spec), stop_token_ids=None, max_rollback_tokens=0)

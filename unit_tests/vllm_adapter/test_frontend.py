@@ -126,7 +126,7 @@ def test_a_repeated_valid_request_is_accepted_without_a_second_parse(
 def test_an_accepted_spec_is_judged_again_under_another_policy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    schema = _two_hostnames_and_a_not("judged again")
+    schema = _two_idn_hostnames_and_a_not("judged again")
     monkeypatch.setenv("GRAMMAR_GUARD_UNENFORCED", "warn")
     monkeypatch.setattr(frontend, "logger", _Recorder())
     _validate(GUARD, json=schema)
@@ -157,15 +157,15 @@ UNENFORCED_FORMAT = 'grammar_guard_unenforced_total{keyword="format"}'
 UNENFORCED_NOT = 'grammar_guard_unenforced_total{keyword="not"}'
 
 
-def _two_hostnames_and_a_not(tag: str) -> dict[str, Any]:
+def _two_idn_hostnames_and_a_not(tag: str) -> dict[str, Any]:
     """A fresh schema per test (refusals are remembered per schema)."""
     return {
         "type": "object",
         "title": tag,
         "properties": {
-            # hostname: a format no exact pattern stands for (formats.py), so unenforced.
-            "from": {"type": "string", "format": "hostname"},
-            "to": {"type": "string", "format": "hostname"},
+            # idn-hostname: a format no exact pattern stands for (formats.py), so unenforced.
+            "from": {"type": "string", "format": "idn-hostname"},
+            "to": {"type": "string", "format": "idn-hostname"},
             "n": {"type": "integer", "not": {"const": 0}},
         },
     }
@@ -183,13 +183,13 @@ def test_unenforced_keywords_are_refused_naming_each_and_remembered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("GRAMMAR_GUARD_UNENFORCED", raising=False)
-    schema = _two_hostnames_and_a_not("refused")
+    schema = _two_idn_hostnames_and_a_not("refused")
     errors_before = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]
     with pytest.raises(VLLMValidationError) as refused:
         _validate(GUARD, json=schema)
     reason = str(refused.value)
-    assert "'format: hostname' at /properties/from/format" in reason
-    assert "'format: hostname' at /properties/to/format" in reason
+    assert "'format: idn-hostname' at /properties/from/format" in reason
+    assert "'format: idn-hostname' at /properties/to/format" in reason
     assert "'not' at /properties/n/not" in reason
     assert "GRAMMAR_GUARD_UNENFORCED=warn" in reason
     assert refused.value.parameter == "structured_outputs"
@@ -209,12 +209,12 @@ def test_warn_mode_accepts_logs_each_keyword_and_counts_it_once_per_request(
     monkeypatch.setattr(frontend, "logger", recorder)
     before = frontend._metrics.snapshot().as_dict()
     for _ in range(2):
-        params = _validate(GUARD, json=_two_hostnames_and_a_not("warned"))
+        params = _validate(GUARD, json=_two_idn_hostnames_and_a_not("warned"))
         assert params.structured_outputs is not None
         assert params.structured_outputs._backend == "grammar-guard"
     assert len(recorder.warnings) == 6  # three keywords, two requests
     assert any(
-        "'format: hostname' at '/properties/to/format'" in line and "not enforced" in line
+        "'format: idn-hostname' at '/properties/to/format'" in line and "not enforced" in line
         for line in recorder.warnings
     )
     after = frontend._metrics.snapshot().as_dict()
