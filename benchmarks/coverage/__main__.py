@@ -9,6 +9,8 @@ from pathlib import Path
 
 from benchmarks.coverage.cases import (
     JSONSCHEMABENCH,
+    PROJECT_CASES,
+    SHARED_SUITES,
     SUITES,
     TEST_SUITE,
     Selection,
@@ -18,7 +20,12 @@ from benchmarks.coverage.report import render_overview
 from benchmarks.coverage.results import CRASH, TIMEOUT, SchemaResult
 from benchmarks.coverage.run import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, CoverageConfig, run_coverage
 
-_SUITE_CHOICES = {"both": SUITES, JSONSCHEMABENCH: (JSONSCHEMABENCH,), TEST_SUITE: (TEST_SUITE,)}
+# "both": the two shared collections; "all" adds the project's own cases.
+_SUITE_CHOICES = {
+    "all": SUITES,
+    "both": SHARED_SUITES,
+    **{suite: (suite,) for suite in (JSONSCHEMABENCH, TEST_SUITE, PROJECT_CASES)},
+}
 _PROGRESS_EVERY_S = 15.0
 
 
@@ -29,7 +36,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "(routed, and with each engine forced) and vLLM's xgrammar and guidance backends, "
         "and feed each instance's tokens to the grammar.",
     )
-    parser.add_argument("--suite", choices=list(_SUITE_CHOICES), default="both")
+    parser.add_argument(
+        "--suite",
+        choices=list(_SUITE_CHOICES),
+        default="all",
+        help="both: the shared collections; all (default): with grammar-guard's own cases",
+    )
     parser.add_argument(
         "--categories", default="", help="comma-separated categories; shell patterns allowed"
     )
@@ -51,14 +63,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=Path("build/coverage"))
     parser.add_argument(
-        "--markdown", type=Path, help="also write the overall table (docs/benchmarks.md's) here"
+        "--markdown", type=Path, help="also write the overview (docs/benchmarks.md's part) here"
     )
     parser.add_argument(
         "--data",
         type=Path,
         metavar="DIR",
         help="the folder holding both full collections (json-schema-test-suite/, "
-        "jsonschemabench/); default: the repository's sample in data/, said so on stderr",
+        "jsonschemabench/); default: the repository's sample in data/, said so on stderr. "
+        "grammar-guard's own cases are read from the repository's data/ either way",
     )
     return parser.parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""The two data folders: which schemas they hold, by category, and each schema's instances.
+"""The collections: which schemas they hold, by category, and each schema's instances.
 
 - ``jsonschemabench/*.json``: one schema per file,
   ``{"description", "meta", "schema", "tests": [{"description", "valid", "data"}]}``;
@@ -7,15 +7,22 @@
 - ``json-schema-test-suite/tests/draft2020-12/**/*.json``: a list of
   ``{"description", "schema", "tests"}`` per file; the category is the file's
   path without ``.json`` (``type``, ``optional/format/email``).
+- ``coverage-cases/*.json``: the project's own cases, for classes of schema the
+  two shared collections miss; the test suite's format, the category is the
+  file's name without ``.json`` (``number-ranges``).
 
-Both sit in one data folder: the repository's ``data/`` (:data:`SAMPLE_DATA_DIR`:
-the whole test suite and a sample of jsonschemabench, which the tests read), or
-the full collections a benchmark is given with ``--data DIR``.
+The two shared collections sit in one data folder: the repository's ``data/``
+(:data:`SAMPLE_DATA_DIR`: the whole test suite and a sample of jsonschemabench,
+which the tests read), or the full collections a benchmark is given with
+``--data DIR``. The project's cases live in the repository's ``data/`` only
+and are read from there whichever folder is given.
 
 The parent only reads counts and descriptions (:func:`discover`); a worker
 loads the schema and instances it checks (:func:`load_case`). Numbers in
 instances keep their literal text (:class:`NumberLiteral`), so ``1.0`` is fed
-to the grammar as ``1.0``, not as whatever Python prints for it.
+to the grammar as ``1.0``, not as whatever Python prints for it. A test may
+give ``"text"`` instead of ``"data"``: that exact text is fed (:class:`RawText`),
+for output that is not JSON at all, and such a test is always invalid.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import fnmatch
 import json
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,11 +40,18 @@ from benchmarks.coverage.results import CaseRef
 
 JSONSCHEMABENCH = "jsonschemabench"
 TEST_SUITE = "test-suite"
-SUITES = (JSONSCHEMABENCH, TEST_SUITE)
+PROJECT_CASES = "grammar-guard-cases"
+# The public collections other projects measure on too: the headline figures
+# are theirs, never mixed with the project's own cases.
+SHARED_SUITES = (JSONSCHEMABENCH, TEST_SUITE)
+SUITES = (*SHARED_SUITES, PROJECT_CASES)
 _SUITE_FOLDERS = {
     JSONSCHEMABENCH: Path("jsonschemabench"),
     TEST_SUITE: Path("json-schema-test-suite/tests/draft2020-12"),
+    PROJECT_CASES: Path("coverage-cases"),
 }
+# Suites whose files hold a list of {"description", "schema", "tests"}.
+_LIST_SUITES = frozenset({TEST_SUITE, PROJECT_CASES})
 _TRAILING_NUMBER = re.compile(r"_\d+$")
 
 
@@ -46,6 +60,16 @@ _TRAILING_NUMBER = re.compile(r"_\d+$")
 SAMPLE_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 SAMPLE_MANIFEST = "sample.json"
 FULL_DATA_HINT = "--data DIR"
+
+
+def headline_suites(suites: Iterable[str]) -> tuple[str, ...]:
+    """The suites a run's headline figures count: the shared collections among ``suites``.
+
+    All of ``suites`` when none is shared (a run of the project's cases alone).
+    """
+    given = set(suites)
+    present = [suite for suite in SUITES if suite in given]
+    return tuple(suite for suite in present if suite in SHARED_SUITES) or tuple(present)
 
 
 def sample_data_dir() -> Path:
@@ -74,7 +98,9 @@ def data_dir_or_sample(given: Path | None) -> Path:
 
 
 def suite_folder(data_dir: Path, suite: str) -> Path:
-    return data_dir / _SUITE_FOLDERS[suite]
+    # The full collections given with --data do not carry the project's cases.
+    root = SAMPLE_DATA_DIR if suite == PROJECT_CASES else data_dir
+    return root / _SUITE_FOLDERS[suite]
 
 
 @dataclass(frozen=True)
@@ -85,10 +111,21 @@ class NumberLiteral:
 
 
 @dataclass(frozen=True)
+class RawText:
+    """An instance given as text (a test's ``"text"``), fed to the grammar exactly so.
+
+    For output a grammar may let through that is no JSON value at all (an
+    empty value: ``{"a":}``), which ``"data"`` cannot express.
+    """
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Instance:
     description: str
     valid: bool
-    data: Any  # JSON value with NumberLiteral numbers
+    data: Any  # JSON value with NumberLiteral numbers, or RawText
 
 
 @dataclass(frozen=True)
@@ -99,7 +136,9 @@ class Case:
 
 @dataclass(frozen=True)
 class Selection:
-    suites: Sequence[str] = SUITES
+    # The shared collections: what the other readers of discover() (the
+    # dead-end walk, upgrade_masks) measure. The command line's default is SUITES.
+    suites: Sequence[str] = SHARED_SUITES
     categories: Sequence[str] = ()  # fnmatch patterns; empty: every category
     files: Sequence[str] = ()  # file names or suite-relative paths; empty: every file
     limit: int | None = None  # the first N schemas of each category
@@ -107,7 +146,7 @@ class Selection:
 
 def category_of(suite: str, relative: str) -> str:
     stem = relative.removesuffix(".json")
-    if suite == TEST_SUITE:
+    if suite in _LIST_SUITES:
         return stem
     return stem.split("---", 1)[0] if "---" in stem else _TRAILING_NUMBER.sub("", stem)
 
@@ -131,20 +170,45 @@ def discover(data_dir: Path, selection: Selection) -> list[CaseRef]:
 
 
 def load_case(data_dir: Path, ref: CaseRef) -> Case:
-    text = (suite_folder(data_dir, ref.suite) / ref.file).read_text(encoding="utf-8")
+    text = _file_text(data_dir, ref)
     plain = _groups(ref.suite, json.loads(text))[ref.index]
     literal = json.loads(text, parse_int=NumberLiteral, parse_float=NumberLiteral)
     tests = _groups(ref.suite, literal)[ref.index]["tests"]
     instances = tuple(
-        Instance(str(test.get("description", "")), bool(test["valid"]), test["data"])
+        Instance(str(test.get("description", "")), is_valid(test), _instance_data(test))
         for test in tests
     )
     return Case(plain["schema"], instances)
 
 
+def load_schema(data_dir: Path, ref: CaseRef) -> Any:
+    """The schema of ``ref`` alone, as a server would parse it."""
+    return _groups(ref.suite, json.loads(_file_text(data_dir, ref)))[ref.index]["schema"]
+
+
+def _file_text(data_dir: Path, ref: CaseRef) -> str:
+    return (suite_folder(data_dir, ref.suite) / ref.file).read_text(encoding="utf-8")
+
+
+def is_valid(test: dict[str, Any]) -> bool:
+    """A test's label; a ``"text"`` test must be invalid (text that is no JSON never is)."""
+    valid = bool(test["valid"])
+    if valid and "text" in test:
+        raise ValueError(f"a test given as text must be invalid: {test.get('description')!r}")
+    return valid
+
+
+def _instance_data(test: dict[str, Any]) -> Any:
+    if "text" in test:
+        if "data" in test or not isinstance(test["text"], str):
+            raise ValueError(f'a test gives a "text" string or "data": {test.get("description")!r}')
+        return RawText(test["text"])
+    return test["data"]
+
+
 def _files(data_dir: Path, suite: str) -> Iterator[str]:
     folder = suite_folder(data_dir, suite)
-    pattern = "**/*.json" if suite == TEST_SUITE else "*.json"
+    pattern = "**/*.json" if suite in _LIST_SUITES else "*.json"
     yield from sorted(path.relative_to(folder).as_posix() for path in folder.glob(pattern))
 
 
@@ -159,14 +223,14 @@ def _selected(relative: str, category: str, selection: Selection) -> bool:
 
 
 def _groups(suite: str, document: Any) -> list[dict[str, Any]]:
-    return document if suite == TEST_SUITE else [document]
+    return document if suite in _LIST_SUITES else [document]
 
 
 def _refs_in(data_dir: Path, suite: str, relative: str, category: str) -> Iterator[CaseRef]:
     document = json.loads((suite_folder(data_dir, suite) / relative).read_text(encoding="utf-8"))
     for index, group in enumerate(_groups(suite, document)):
         tests = group["tests"]
-        valid = sum(bool(test["valid"]) for test in tests)
+        valid = sum(is_valid(test) for test in tests)
         yield CaseRef(
             suite=suite,
             file=relative,

@@ -4,10 +4,10 @@ The top row holds the distributions of compile time and of bitmask fill time
 (one line per path); the bottom row the share of valid instances accepted
 and of invalid instances rejected, one bar per path and category.
 jsonschemabench categories get a bar each; the test suite's many small files
-are shown as two groups (core keywords, ``optional/``). Each path keeps its
-colour in every panel: blues for the plugin's paths, reds for vLLM's, with
-one legend for the figure. Needs matplotlib (the ``bench`` extra); without
-it the plot is skipped.
+are shown as two groups (core keywords, ``optional/``), grammar-guard's own
+cases as one. Each path keeps its colour in every panel: blues for the
+plugin's paths, reds for vLLM's, with one legend for the figure. Needs
+matplotlib (the ``bench`` extra); without it the plot is skipped.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import TEST_SUITE
+from benchmarks.coverage.cases import PROJECT_CASES, TEST_SUITE
 from benchmarks.coverage.results import (
     PATHS,
     PLUGIN_LLGUIDANCE_PATH,
@@ -95,6 +95,8 @@ def write_plot(results: Sequence[SchemaResult], out_dir: Path) -> Path | None:
 
 def _group_of(result: SchemaResult) -> str:
     ref = result.ref
+    if ref.suite == PROJECT_CASES:
+        return ref.suite  # a few files: one group, apart from jsonschemabench's categories
     if ref.suite != TEST_SUITE:
         return ref.category
     return "test-suite optional/" if ref.category.startswith("optional/") else "test-suite core"

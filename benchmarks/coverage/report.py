@@ -12,6 +12,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from benchmarks.coverage.cases import SUITES, headline_suites
 from benchmarks.coverage.masks import MASK_PERCENTILES
 from benchmarks.coverage.results import ENGINES, PATHS, PLUGIN_PATH, SchemaResult, WrongResult
 from benchmarks.coverage.tally import Tally
@@ -22,21 +23,31 @@ SUMMARY_FILE = "summary.md"
 REFUSAL_MARK = "⟪"
 
 
-def build_report(results: Sequence[SchemaResult], run: dict[str, Any]) -> dict[str, Any]:
-    suites = sorted({result.ref.suite for result in results})
+def build_report(
+    results: Sequence[SchemaResult],
+    run: dict[str, Any],
+    keywords: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``keywords``: ``rewrite_effect.tally_keywords`` of the headline suites' schemas."""
+    present = {result.ref.suite for result in results}
+    suites = [suite for suite in SUITES if suite in present]
+    headline = headline_suites(suites)
     return {
         "run": run,
         "paths": list(PATHS),
-        "overall": _tallies(results),
+        # The headline: the shared collections, apart from the project's own cases.
+        "overall_suites": list(headline),
+        "overall": _tallies([r for r in results if r.ref.suite in headline]),
         "suites": {
             suite: _tallies([r for r in results if r.ref.suite == suite]) for suite in suites
         },
         "categories": [
-            {"suite": suite, "category": category, "paths": _tallies(list(group))}
-            for (suite, category), group in groupby(
+            {"suite": SUITES[order], "category": category, "paths": _tallies(list(group))}
+            for (order, category), group in groupby(
                 sorted(results, key=_category_key), key=_category_key
             )
         ],
+        "rewrite_keywords": keywords,
         "wrong": [
             _wrong_entry(result, path, wrong)
             for result in results
@@ -64,7 +75,7 @@ def render_tables(report: dict[str, Any]) -> str:
         "",
         _run_line(run),
         "",
-        "## Overall",
+        f"## Overall ({', '.join(report['overall_suites'])})",
         "",
         *_table("path", [(path, report["overall"][path]) for path in PATHS]),
         "",
@@ -88,6 +99,7 @@ def render_tables(report: dict[str, Any]) -> str:
         "## Refusals by reason (schemas; timeouts are in the tables' own column)",
         "",
         *_reasons_table(report),
+        *_keyword_section(report, "## "),
     ]
     for path in PATHS:
         rows = [(f"**{suite}**", tallies[path]) for suite, tallies in report["suites"].items()]
@@ -100,14 +112,21 @@ def render_tables(report: dict[str, Any]) -> str:
 
 
 def render_overview(report: dict[str, Any]) -> str:
-    """The run line, the overall table and the routed engine split: docs/benchmarks.md's part."""
+    """docs/benchmarks.md's part: the run line, the overall table and the routed engine
+    split, the figures per collection and the refusals per keyword."""
     overall = report["overall"]
     lines = [
         _run_line(report["run"]),
         "",
+        *_headline_line(report),
         *_table("path", [(path, overall[path]) for path in PATHS]),
         "",
         _engine_line(overall[PLUGIN_PATH]),
+        "",
+        "Per collection:",
+        "",
+        *_collections_table(report),
+        *_keyword_section(report, "**", "**"),
     ]
     return "\n".join(lines) + "\n"
 
@@ -128,8 +147,8 @@ def render_wrong(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _category_key(result: SchemaResult) -> tuple[str, str]:
-    return (result.ref.suite, result.ref.category)
+def _category_key(result: SchemaResult) -> tuple[int, str]:
+    return (SUITES.index(result.ref.suite), result.ref.category)
 
 
 def _tallies(results: Sequence[SchemaResult]) -> dict[str, dict[str, Any]]:
@@ -216,6 +235,68 @@ def _table(first: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
             f"| {_figures(stats['compile_s'], 1000)} | {_engines(stats['engines'])} "
             f"| {_figures(stats['mask_us'])} |"
         )
+    return lines
+
+
+def _headline_line(report: dict[str, Any]) -> list[str]:
+    """Which suites the overall table counts, when the run held others too."""
+    counted = report["overall_suites"]
+    apart = [suite for suite in report["suites"] if suite not in counted]
+    if not apart:
+        return []
+    schemas = report["overall"][PLUGIN_PATH]["schemas"]
+    return [
+        f"The table counts the {schemas} schemas of {', '.join(counted)}; "
+        f"those of {', '.join(apart)} are in the per-collection table below.",
+        "",
+    ]
+
+
+def _collections_table(report: dict[str, Any]) -> list[str]:
+    """Per path, valid instances accepted and invalid ones accepted, in each collection."""
+    suites = list(report["suites"])
+    header = "| path | " + " | ".join(
+        f"{suite}: valid accepted | {suite}: invalid accepted" for suite in suites
+    )
+    lines = [header + " |", "|---" + "|---:" * (2 * len(suites)) + "|"]
+    for path in PATHS:
+        cells = [
+            f"{_share(stats['valid_accepted'], stats['valid_total'])} "
+            f"| {stats['invalid_accepted_outside_refusals']}"
+            for stats in (report["suites"][suite][path] for suite in suites)
+        ]
+        lines.append(f"| {path} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _keyword_section(report: dict[str, Any], before: str, after: str = "") -> list[str]:
+    """The refusals per keyword without and with the schema rewrite, under a title."""
+    keywords = report.get("rewrite_keywords")
+    if not keywords:
+        return []
+    counted = ", ".join(report["overall_suites"])
+    rows = [(row["keyword"], row) for row in keywords["keywords"][: keywords["shown"]]]
+    if keywords["other"] is not None:
+        rows.append(("other", keywords["other"]))
+    rows.append(("**any (schemas refused)**", keywords["total"]))
+    lines = [
+        "",
+        f"{before}Refusals by keyword, without and with the schema rewrite{after}",
+        "",
+        f"The plugin's routing check alone (no compile) of the {keywords['schemas']} schemas of "
+        f"{counted}, with its schema rewrite turned off and on: schemas refused naming each "
+        "keyword (or why, when the refusal names none), and their valid instances. A schema "
+        "refused for several keywords counts in each one's row, once in the last rows.",
+        "",
+        "| keyword | refused without | refused with | valid instances without "
+        "| valid instances with |",
+        "|---" + "|---:" * 4 + "|",
+    ]
+    lines += [
+        f"| {name} | {row['without']} | {row['with']} | {row['valid_without']} "
+        f"| {row['valid_with']} |"
+        for name, row in rows
+    ]
     return lines
 
 

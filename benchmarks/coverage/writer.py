@@ -24,6 +24,9 @@ terminated. When no candidate is accepted the grammar has refused the
 instance: the rest is written without it (first candidates), so the report
 can show the whole text and where it stopped.
 
+An instance given as text (:class:`~benchmarks.coverage.cases.RawText`) is
+fed as that one text, stop token after it: no candidates.
+
 Every candidate is a text of the same JSON value under every draft of JSON
 Schema, so an accepted invalid instance is a real hole in the grammar,
 whichever candidates were chosen. The
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Protocol
 
-from benchmarks.coverage.cases import NumberLiteral
+from benchmarks.coverage.cases import NumberLiteral, RawText
 from benchmarks.coverage.key_order import SchemaNavigator
 
 if TYPE_CHECKING:
@@ -119,7 +122,10 @@ class InstanceWriter:
 
     def write(self, value: Any, schema: Any) -> Written:
         """Feed ``value`` (as the grammar's current state expects it) and the stop token."""
-        self._value(value, schema, depth=0, lead=("",))
+        if isinstance(value, RawText):
+            self._emit((value.text,))
+        else:
+            self._value(value, schema, depth=0, lead=("",))
         if self._refused_at is None and not self._stop():
             self._refused_at = self._length
         text = "".join(self._parts)
