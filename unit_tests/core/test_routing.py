@@ -12,7 +12,7 @@ from grammar_guard.core.engine_common import fill_by_engine
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.llguidance_rewrite import EngineDoesNotSupport
-from grammar_guard.core.routing import EngineName, RoutedEngine, route
+from grammar_guard.core.routing import EngineName, RoutedEngine, RoutedRecipe, route
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_cost import slow_for_xgrammar, xgrammar_over_constrains
@@ -226,3 +226,32 @@ def test_a_schema_proved_unsatisfiable_is_refused_for_that_not_for_a_keyword(
 ) -> None:
     with pytest.raises(InvalidGrammarError, match="Unsatisfiable schema: incompatible types"):
         routed.compile(_json({"allOf": [{"type": "integer"}, {"type": "string"}]}))
+
+
+class _RecordingEngine:
+    """An engine recipe's product that counts tokenizer loads."""
+
+    vocab_size = 8
+    unenforced = UnenforcedPolicy.REFUSE
+
+    def __init__(self) -> None:
+        self.tokenizer_loads = 0
+
+    def build(self) -> _RecordingEngine:
+        return self
+
+    def load_tokenizer(self) -> None:
+        self.tokenizer_loads += 1
+
+
+@pytest.mark.parametrize(
+    ("selection", "loads"),
+    [(EngineSelection.AUTO, 1), (EngineSelection.LLGUIDANCE, 1), (EngineSelection.XGRAMMAR, 0)],
+)
+def test_a_compile_process_builds_llguidances_tokenizer_at_start_unless_never_routed_there(
+    selection: EngineSelection, loads: int
+) -> None:
+    # Not on the first llguidance compile, where it made a short compile timeout run out.
+    llguidance = _RecordingEngine()
+    RoutedRecipe(_RecordingEngine(), llguidance, selection).build()  # type: ignore[arg-type]
+    assert llguidance.tokenizer_loads == loads

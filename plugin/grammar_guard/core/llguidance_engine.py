@@ -238,9 +238,8 @@ class LLGuidanceRecipe:
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
 
     def build(self) -> LLGuidanceEngine:
-        # The tokenizer (about 1.5 s and tens of MiB for a 129k vocabulary) is
-        # built on first use: a compile process that routing never sends an
-        # llguidance compile to never pays for it.
+        # The tokenizer (tens of MiB for a 129k vocabulary) is built on first
+        # use; RoutedRecipe builds it at once unless routing can never use it.
         return LLGuidanceEngine(recipe=self, unenforced=self.unenforced)
 
     def tokenizer(self) -> llguidance.LLTokenizer:

@@ -218,11 +218,15 @@ class RoutedRecipe:
     selection: EngineSelection
 
     def build(self) -> RoutedEngine:
+        llguidance = self.llguidance.build()
+        if self.selection is not EngineSelection.XGRAMMAR:
+            # Built now, in a compile process's start-up, while quick compiles
+            # need no worker: built on a worker's first llguidance compile, at
+            # the workers' low priority beside a busy engine, it made that
+            # compile miss a 2 s timeout (the bad-input corpus's 40,000-value enum).
+            llguidance.load_tokenizer()
         return RoutedEngine(
-            self.xgrammar.build(),
-            self.llguidance.build(),
-            self.selection,
-            self.xgrammar.unenforced,
+            self.xgrammar.build(), llguidance, self.selection, self.xgrammar.unenforced
         )
 
 
