@@ -37,7 +37,7 @@ class LaneSizes:
     small_threads: int = 2
     small_waiting: int = 64
     large_threads: int = 1
-    large_waiting: int = 4
+    large_waiting: int = 16
 
 
 class _Lane:
