@@ -124,3 +124,16 @@ def model_tokenizer() -> Any:
 def routed(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> RoutedEngine:
     """Both small engines, routed per spec as the backend routes them."""
     return RoutedEngine(small.engine, small_llguidance)
+
+
+def compact_json_spec(schema: Any) -> GrammarSpec:
+    """A JSON-schema request for ``schema`` with compact JSON, as the engine core gets it."""
+    return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
+
+
+def routed_accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
+    """Whether ``routed``'s grammar for ``spec`` takes ``text``, a token a character, and ends."""
+    compiled = routed.compile(spec)
+    matcher = routed.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
+    tokens = [VOCAB.index(char) for char in text] + [VOCAB.index(EOS)]
+    return all(matcher.accept_token(token) for token in tokens) and matcher.is_terminated()

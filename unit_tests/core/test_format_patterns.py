@@ -5,7 +5,8 @@ with Python's ``re``, with xgrammar's JSON-schema grammar for the pattern (as
 text, through :mod:`unit_tests.xgrammar_acceptance`), and with the plugin's
 llguidance engine over a vocabulary of single bytes (the shared small
 vocabulary lacks most of the characters these instances use). Each pattern is
-compiled once per engine.
+compiled once per engine. Where a format's length is left to ``maxLength``
+(``FORMAT_MAX_LENGTHS``), the check includes it, as the rewrite writes it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisati
 
 from grammar_guard.core.llguidance_engine import LLGuidanceCompiled, LLGuidanceEngine
 from grammar_guard.core.schema.capabilities import PatternSupport
-from grammar_guard.core.schema.formats import FORMAT_PATTERNS, format_pattern
+from grammar_guard.core.schema.formats import (
+    FORMAT_MAX_LENGTHS,
+    FORMAT_PATTERNS,
+    format_max_length,
+    format_pattern,
+)
 from grammar_guard.core.schema.regex_scan import pattern_problems
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 
@@ -33,7 +39,7 @@ SUITE = (
 )
 FORMATS = sorted(FORMAT_PATTERNS)
 # Formats without an exact regular definition (see formats.py's docstring).
-LEFT_OUT = ["hostname", "idn-hostname", "idn-email", "regex", "ecmascript-regex", "unknown"]
+LEFT_OUT = ["idn-hostname", "idn-email", "regex", "ecmascript-regex", "unknown"]
 
 # xgrammar matches a pattern against the raw JSON text, so a character JSON
 # escapes never comes out of a class that also holds plain characters: it
@@ -43,14 +49,32 @@ _JSON_ESCAPED = frozenset({'"', "\\", *map(chr, range(0x20))})
 
 @dataclass(frozen=True)
 class Instance:
+    format: str
     value: str
     valid: bool
     description: str
 
     @property
     def enforced_valid(self) -> bool:
-        """Valid, and not a leap second in local time (formats.py refuses those by design)."""
-        return self.valid and not (":60" in self.value and "23:59:60" not in self.value)
+        """Valid, and of no kind formats.py refuses by design (see its docstring).
+
+        Those are a leap second in local time (``time``, ``date-time``) and a
+        host-name label with hyphens in its 3rd and 4th position, which
+        RFC 5891 section 4.2.3.1 reserves (``hostname``: the A-labels).
+        """
+        if self.format in ("time", "date-time"):
+            refused = ":60" in self.value and "23:59:60" not in self.value
+        elif self.format == "hostname":
+            refused = any(label[2:4] == "--" for label in self.value.split("."))
+        else:
+            refused = False
+        return self.valid and not refused
+
+    @property
+    def within_length(self) -> bool:
+        """Within the ``maxLength`` the rewrite writes next to the pattern, if any."""
+        longest = format_max_length(self.format)
+        return longest is None or len(self.value) <= longest
 
 
 @functools.cache
@@ -58,15 +82,22 @@ def suite_instances(name: str) -> tuple[Instance, ...]:
     """The string instances of the suite's file for ``name`` (format ignores other types)."""
     groups = json.loads((SUITE / f"{name}.json").read_text(encoding="utf-8"))
     return tuple(
-        Instance(test["data"], test["valid"], test["description"])
+        Instance(name, test["data"], test["valid"], test["description"])
         for group in groups
         for test in group["tests"]
         if isinstance(test["data"], str)
     )
 
 
-def _schema(name: str) -> dict[str, str]:
+def _pattern_schema(name: str) -> dict[str, str]:
     return {"type": "string", "pattern": FORMAT_PATTERNS[name]}
+
+
+def _schema(name: str) -> dict[str, str | int]:
+    """The pattern, and the ``maxLength`` the rewrite writes beside it where there is one."""
+    longest = format_max_length(name)
+    length = {} if longest is None else {"maxLength": longest}
+    return {**_pattern_schema(name), **length}
 
 
 def _wrong(name: str, expected: dict[Instance, bool], accepts: dict[Instance, bool]) -> list[str]:
@@ -78,20 +109,61 @@ def _wrong(name: str, expected: dict[Instance, bool], accepts: dict[Instance, bo
     ]
 
 
-def test_only_leap_seconds_in_local_time_are_refused_by_design() -> None:
+def test_only_local_leap_seconds_and_reserved_labels_are_refused_by_design() -> None:
     refused = {
-        instance.value
-        for name in ("time", "date-time")
+        (name, instance.value)
+        for name in FORMATS
         for instance in suite_instances(name)
         if instance.valid and not instance.enforced_valid
     }
-    assert refused == {
-        "01:29:60+01:30",
-        "23:29:60+23:30",
-        "15:59:60-08:00",
-        "00:29:60-23:30",
-        "1998-12-31T15:59:60.123-08:00",
+    leap_seconds = {
+        ("time", "01:29:60+01:30"),
+        ("time", "23:29:60+23:30"),
+        ("time", "15:59:60-08:00"),
+        ("time", "00:29:60-23:30"),
+        ("date-time", "1998-12-31T15:59:60.123-08:00"),
     }
+    # Every valid A-label: whether "xn--..." decodes to a valid U-label is
+    # Punycode and IDNA2008, which no regular expression checks.
+    a_labels = {
+        ("hostname", value)
+        for value in (
+            "xn--9n2bp8q.xn--9t4b11yi5a",
+            "xn--zca29lwxobi7a",
+            "xn--qmbc",
+            "xn--ll-0ea",
+            "xn--wva3je",
+            "xn--4dbc5h",
+            "xn--4dbc8h",
+            "xn--k8j5u",
+            "xn--bck0j",
+            "xn--vek778f",
+            "xn--ngba1o",
+            "xn--0-gyc",
+            "xn--11b2ezcw70k",
+            "xn--11b2ezcs70k",
+            "xn--ngba5hb2804a",
+        )
+    }
+    assert refused == leap_seconds | a_labels
+
+
+def test_a_host_name_label_is_refused_only_with_hyphens_in_its_3rd_and_4th_position() -> None:
+    pattern = re.compile(FORMAT_PATTERNS["hostname"])
+    for accepted_value in ("a--b", "a--bc", "ab-cd", "a-b-c", "ab-c-d", "x.y", "a" * 63):
+        assert pattern.fullmatch(accepted_value), accepted_value
+    for refused_value in ("ab--c", "xn--a", "XN--aa", "a.bc--d.e", "ab--", "a" * 64, "a-", ""):
+        assert not pattern.fullmatch(refused_value), refused_value
+
+
+def test_only_the_total_length_of_a_host_name_is_left_to_max_length() -> None:
+    assert dict(FORMAT_MAX_LENGTHS) == {"hostname": 253}
+    assert set(FORMAT_MAX_LENGTHS) <= set(FORMAT_PATTERNS)
+    # The suite's "exceeds maximum overall length": four 63-character labels and
+    # "com", which the pattern accepts and maxLength refuses.
+    (too_long,) = (i for i in suite_instances("hostname") if not i.within_length)
+    assert not too_long.valid and len(too_long.value) == 259
+    assert re.fullmatch(FORMAT_PATTERNS["hostname"], too_long.value)
 
 
 def test_the_table_holds_the_regular_formats_only() -> None:
@@ -128,19 +200,28 @@ def test_python_re_agrees_with_the_suite(name: str) -> None:
     pattern = re.compile(FORMAT_PATTERNS[name])
     instances = suite_instances(name)
     expected = {instance: instance.enforced_valid for instance in instances}
-    accepts = {instance: pattern.fullmatch(instance.value) is not None for instance in instances}
+    accepts = {
+        instance: pattern.fullmatch(instance.value) is not None and instance.within_length
+        for instance in instances
+    }
     assert _wrong(name, expected, accepts) == []
 
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_xgrammar_agrees_with_the_suite(name: str) -> None:
-    compiled = compile_schema(_schema(name))
+    # The pattern alone: xgrammar ignores a maxLength next to a pattern (the
+    # analysis refuses that, so llguidance serves such a format), so the
+    # length is checked here as the other engine enforces it.
+    compiled = compile_schema(_pattern_schema(name))
     instances = suite_instances(name)
     expected = {
         instance: instance.enforced_valid and not (_JSON_ESCAPED & set(instance.value))
         for instance in instances
     }
-    accepts = {instance: accepted(compiled, instance.value) for instance in instances}
+    accepts = {
+        instance: accepted(compiled, instance.value) and instance.within_length
+        for instance in instances
+    }
     assert _wrong(name, expected, accepts) == []
 
 

@@ -595,7 +595,8 @@ def test_every_schema_in_a_structural_tag_is_analysed_with_its_pointer() -> None
             "triggers": ["<f"],
             "tags": [
                 {"type": "tag", "begin": "<f1>", "end": "</f1>",
-                 "content": {"type": "json_schema", "json_schema": {"type": "integer", "not": {}}}},
+                 "content": {"type": "json_schema",
+                             "json_schema": {"type": "integer", "not": {"const": 1}}}},
                 {"type": "tag", "begin": "<f2>", "end": "</f2>",
                  "content": {"type": "json_schema", "any_order": True, "json_schema": {
                      "type": "object", "properties": {"a": {}}, "required": ["a"]}}},

@@ -14,7 +14,12 @@ import time
 from typing import Any
 
 import pytest
-from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
+from unit_tests.conftest import (
+    COMPACT,
+    SmallTokenizer,
+    compact_json_spec,
+    routed_accepts,
+)
 from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
 from unit_tests.xgrammar_acceptance import accepts_text, compile_schema
 
@@ -33,6 +38,7 @@ from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
 OTHERS_THAN_NUMBER = ["null", "boolean", "object", "array", "string"]
 DATE = format_pattern("date")
+HOSTNAME = format_pattern("hostname")
 
 # (id, schema, what the rewrite writes)
 REWRITTEN: list[tuple[str, Any, Any]] = [
@@ -197,6 +203,52 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
             ]
         },
     ),
+    (
+        "a host name's total length as maxLength",
+        {"type": "string", "format": "hostname"},
+        {"type": "string", "pattern": HOSTNAME, "maxLength": 253},
+    ),
+    (
+        "a host name keeps a smaller maxLength",
+        {"type": "string", "maxLength": 20.0, "format": "hostname"},
+        {"type": "string", "maxLength": 20, "pattern": HOSTNAME},
+    ),
+    (
+        "a host name's maxLength no larger than 253",
+        {"type": "string", "maxLength": 300, "format": "hostname"},
+        {"type": "string", "maxLength": 253, "pattern": HOSTNAME},
+    ),
+    # --- formats 2020-12 does not define: annotations, which constrain nothing
+    (
+        "an unknown format is dropped",
+        {"type": "string", "format": "semver", "minLength": 5},
+        {"type": "string", "minLength": 5},
+    ),
+    (
+        "an unknown format next to a pattern",
+        {"type": "string", "pattern": "^v", "format": "url"},
+        {"type": "string", "pattern": "^v"},
+    ),
+    ("a typeless unknown format", {"format": "int64"}, {}),
+    (
+        "unknown formats in properties",
+        {
+            "type": "object",
+            "properties": {
+                "topic": {"type": "string", "format": "topic"},
+                "name": {"type": "string", "format": "non-blank", "description": "a name"},
+                "format": {"type": "string", "enum": ["date", "semver"]},
+            },
+        },
+        {
+            "type": "object",
+            "properties": {
+                "topic": {"type": "string"},
+                "name": {"type": "string", "description": "a name"},
+                "format": {"type": "string", "enum": ["date", "semver"]},
+            },
+        },
+    ),
 ]
 
 # (id, schema): left exactly as written, each for the reason its id gives.
@@ -212,7 +264,7 @@ KEPT: list[tuple[str, Any]] = [
         "two formats",
         {
             "allOf": [
-                {"type": "string", "format": "hostname"},
+                {"type": "string", "format": "idn-email"},
                 {"type": "string", "format": "idn-hostname"},
             ]
         },
@@ -261,7 +313,13 @@ KEPT: list[tuple[str, Any]] = [
     ("type-specific keywords that cannot fail", {"minLength": 0, "minItems": 0}),
     ("property names are strings anyway", {"type": "object", "propertyNames": {"maxLength": 3}}),
     ("a format next to a pattern", {"type": "string", "format": "date", "pattern": "^2"}),
-    ("a format with no exact pattern", {"type": "string", "format": "hostname"}),
+    ("a format with no exact pattern", {"type": "string", "format": "idn-hostname"}),
+    ("a format that is no string", {"type": "string", "format": 5}),
+    (
+        "a host name next to a maxLength that is no count",
+        {"type": "string", "format": "hostname", "maxLength": "x"},
+    ),
+    ("a host name next to a pattern", {"type": "string", "format": "hostname", "pattern": "^a"}),
 ]
 
 
@@ -340,23 +398,15 @@ DATED = {
     "properties": {"d": {"type": "string", "format": "date"}},
     "required": ["d"],
 }
+HOST = {"type": "string", "format": "hostname"}
+# Four labels of 253 characters in all, and one more.
+LONGEST_HOST = ".".join(["a" * 63] * 3 + ["b" * 61])
 # xgrammar writes no number in this range: an empty rule, which accepted {"a":}.
 TINY_RANGE = {
     "type": "object",
     "properties": {"a": {"type": "number", "minimum": 1e-10, "maximum": 2e-10}},
     "required": ["a"],
 }
-
-
-def _json(schema: Any) -> GrammarSpec:
-    return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
-
-
-def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
-    compiled = routed.compile(spec)
-    matcher = routed.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
-    tokens = [VOCAB.index(char) for char in text] + [VOCAB.index(EOS)]
-    return all(matcher.accept_token(token) for token in tokens) and matcher.is_terminated()
 
 
 @pytest.mark.parametrize(
@@ -370,15 +420,39 @@ def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
         (DATED, EngineName.XGRAMMAR, '{"d":"2024-02-29"}', '{"d":"2023-02-29"}'),
         (TINY_RANGE, EngineName.LLGUIDANCE, '{"a":0.00000000015}', '{"a":}'),
         (TINY_RANGE, EngineName.LLGUIDANCE, '{"a":0.0000000002}', '{"a":0.000001}'),
+        # xgrammar ignores a maxLength next to a pattern: llguidance serves host names.
+        (HOST, EngineName.LLGUIDANCE, '"a-b.c--d"', '"ab--c.d"'),
+        (HOST, EngineName.LLGUIDANCE, '"a1.b2-c"', '"a.-b"'),
+        (HOST, EngineName.LLGUIDANCE, f'"{LONGEST_HOST}"', f'"{LONGEST_HOST}b"'),
     ],
 )
 def test_schemas_refused_before_are_served_and_enforced(
     routed: RoutedEngine, schema: Any, engine: EngineName, valid: str, invalid: str
 ) -> None:
-    spec = _json(schema)
+    spec = compact_json_spec(schema)
     assert route(spec).engine is engine
-    assert _accepts(routed, spec, valid)
-    assert not _accepts(routed, spec, invalid)
+    assert routed_accepts(routed, spec, valid)
+    assert not routed_accepts(routed, spec, invalid)
+
+
+@pytest.mark.parametrize("name", ["semver", "url", "topic", "non-blank", "int64"])
+def test_a_format_2020_12_does_not_define_is_served_as_the_annotation_it_is(
+    routed: RoutedEngine, name: str
+) -> None:
+    schema = {"type": "object", "properties": {"v": {"type": "string", "format": name}}}
+    # Refused before: neither engine enforces a format it does not know.
+    assert [finding.keyword for finding in analyze(schema, XGRAMMAR)] == ["format"]
+    assert rewrite_schema(schema) == {"type": "object", "properties": {"v": {"type": "string"}}}
+    spec = compact_json_spec(schema)
+    assert route(spec).engine is EngineName.XGRAMMAR
+    assert routed_accepts(routed, spec, '{"v":"any text, 1.2"}')
+    assert not routed_accepts(routed, spec, '{"v":1}')
+
+
+@pytest.mark.parametrize("name", ["idn-hostname", "idn-email", "regex"])
+def test_a_defined_format_with_no_exact_pattern_stays_refused(name: str) -> None:
+    with pytest.raises(UnenforcedKeywordError, match=f"'format: {name}' at /format"):
+        route(compact_json_spec({"type": "string", "format": name}))
 
 
 def test_xgrammar_alone_now_serves_merged_and_split_schemas(
@@ -386,15 +460,15 @@ def test_xgrammar_alone_now_serves_merged_and_split_schemas(
 ) -> None:
     forced = RoutedEngine(small.engine, small_llguidance, EngineSelection.XGRAMMAR)
     for schema, valid, invalid in ((ALL_OF, "3", "1"), (UNTYPED, '{"a":3}', '{"a":0}')):
-        assert _accepts(forced, _json(schema), valid)
-        assert not _accepts(forced, _json(schema), invalid)
+        assert routed_accepts(forced, compact_json_spec(schema), valid)
+        assert not routed_accepts(forced, compact_json_spec(schema), invalid)
 
 
 def test_xgrammar_refuses_a_number_range_it_writes_as_nothing() -> None:
     # What it did: an empty rule where the number goes, so malformed JSON got through.
     assert accepts_text(compile_schema(TINY_RANGE), '{"a":}')
     with pytest.raises(UnenforcedKeywordError, match="'minimum' at /properties/a/minimum"):
-        XGrammarEngine.check(_json(TINY_RANGE))
+        XGrammarEngine.check(compact_json_spec(TINY_RANGE))
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,13 @@ Two layers:
   labelled instances the same verdict before and after.
 
 The oracle reads ``format`` as an assertion (as the analysis does) for the
-formats the pattern table claims, checked by the table's own patterns: that
-each pattern is exact is ``test_format_patterns.py``'s business; here it is
-that the rewrite puts the pattern where the format applied. ``pattern`` is
+formats the pattern table claims, checked by the table's own patterns and
+maximum lengths: that each is exact is ``test_format_patterns.py``'s
+business; here it is that the rewrite puts them where the format applied. ``pattern`` is
 matched as ECMA-262 does, where ``$`` is the very end (Python's also
-matches before a final newline).
+matches before a final newline). Draft-07's ``dependencies``, which 2020-12
+no longer defines, is read as the constraint it was, as the analysis and the
+rewrite read it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jsonschema
@@ -36,8 +38,9 @@ from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT202012
 
-from grammar_guard.core.schema.formats import format_pattern
+from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.rewrite import DEFINED_FORMATS, rewrite_schema
+from grammar_guard.core.schema.vocabulary import subschemas
 
 SUITE = SAMPLE_DATA_DIR / "json-schema-test-suite"
 BENCH = SAMPLE_DATA_DIR / "jsonschemabench"
@@ -81,12 +84,18 @@ def _pattern_keyword(
 
 
 _Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, {"pattern": _pattern_keyword}
+    jsonschema.Draft202012Validator,
+    {
+        "pattern": _pattern_keyword,
+        "dependencies": jsonschema.Draft7Validator.VALIDATORS["dependencies"],
+    },
 )
 
 
-def _matches(pattern: str, instance: object) -> bool:
-    return not isinstance(instance, str) or bool(_ecma(pattern).search(instance))
+def _matches(pattern: str, longest: int | None, instance: object) -> bool:
+    if not isinstance(instance, str):
+        return True
+    return (longest is None or len(instance) <= longest) and bool(_ecma(pattern).search(instance))
 
 
 def _table_formats() -> jsonschema.FormatChecker:
@@ -94,7 +103,7 @@ def _table_formats() -> jsonschema.FormatChecker:
     for name in DEFINED_FORMATS:
         pattern = format_pattern(name)
         if pattern is not None:
-            checker.checks(name)(functools.partial(_matches, pattern))
+            checker.checks(name)(functools.partial(_matches, pattern, format_max_length(name)))
     return checker
 
 
@@ -305,19 +314,26 @@ def _instances(schema: Any) -> st.SearchStrategy[list[Any]]:
     return st.lists(near(schema) | _VALUES, min_size=8, max_size=16)
 
 
-def _run(schemas: st.SearchStrategy[Any], outcome: Any, examples: int = 200) -> Counter[str]:
+def _run(
+    schemas: st.SearchStrategy[Any],
+    outcome: Any,
+    examples: int = 200,
+    instances_of: Callable[[Any], st.SearchStrategy[list[Any]]] | None = None,
+) -> Counter[str]:
     """Check every drawn schema; count what ``outcome(schema, rewritten)`` says of each.
 
+    Instances are drawn by ``instances_of(schema)`` (default :func:`_instances`).
     Counted apart: the schemas some drawn instance is valid for, where a
     rewrite that rejects too much would show.
     """
     seen: Counter[str] = Counter()
+    draw_instances = instances_of or _instances
 
     @settings(PROPERTIES, max_examples=examples)
     @given(st.data())
     def check(data: st.DataObject) -> None:
         schema = data.draw(schemas, label="schema")
-        instances = data.draw(_instances(schema), label="instances")
+        instances = data.draw(draw_instances(schema), label="instances")
         rewritten = assert_equivalent(schema, instances)
         seen[outcome(schema, rewritten)] += 1
         if True in verdicts(schema, instances):
@@ -332,7 +348,7 @@ def test_all_of_merges_accept_exactly_what_the_all_of_accepts(family: str) -> No
     seen = _run(
         all_of_schemas(_FAMILIES[family]),
         lambda schema, rewritten: "merged" if "allOf" not in rewritten else "kept",
-        examples=80,
+        examples=120,
     )
     # Not vacuous: merges happen, on schemas with valid instances too.
     assert seen["merged"] >= 15 and seen["merged, some valid"] >= 5, seen
@@ -371,6 +387,112 @@ def test_formats_written_as_patterns_accept_exactly_what_the_format_accepts() ->
     assert seen["pattern, some valid"] >= 50, seen
 
 
+# Dependencies: objects over the instance names, some keywords of other types.
+_OBJECT_KEYWORDS = (
+    "type", "properties", "required", "additionalProperties", "patternProperties",
+    "propertyNames", "minProperties", "maxProperties", "minimum", "maxLength", "title",
+)  # fmt: skip
+_TRIGGERS = (*_NAMES, "d")
+_DEPENDENCY_KEYWORDS = ("dependentRequired", "dependentSchemas", "dependencies")
+
+
+@st.composite
+def dependency_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    """A schema of object keywords, often untyped, and one to three dependency keywords."""
+    schema = draw(_schemas(depth=1, keywords=_OBJECT_KEYWORDS))
+    names = st.lists(st.sampled_from(_TRIGGERS), max_size=3, unique=True)
+    dependent = st.booleans() | _schemas(depth=1, keywords=(*_OBJECT_KEYWORDS, "enum", "not"))
+    values = {
+        "dependentRequired": names,
+        "dependentSchemas": dependent,
+        "dependencies": names | dependent,
+    }
+    for keyword in draw(st.lists(st.sampled_from(_DEPENDENCY_KEYWORDS), min_size=1, unique=True)):
+        schema[keyword] = draw(
+            st.dictionaries(st.sampled_from(_TRIGGERS), values[keyword], min_size=1, max_size=3)
+        )
+    if draw(st.integers(0, 9)) == 0:  # kept: an anyOf beside
+        schema["anyOf"] = [{"required": ["a"]}, {"type": "string"}]
+    return {**schema, "$defs": _DEFINITION}
+
+
+@st.composite
+def _holding_triggers(draw: st.DrawFn, schema: dict[str, Any]) -> dict[str, Any]:
+    """An object with some trigger names and the names their dependencies require."""
+    names = set(draw(st.lists(st.sampled_from(_TRIGGERS), min_size=1, max_size=2)))
+    for name in sorted(names):
+        for keyword in _DEPENDENCY_KEYWORDS:
+            dependency = schema.get(keyword, {}).get(name)
+            listed = dependency.get("required") if isinstance(dependency, dict) else dependency
+            if isinstance(listed, list) and draw(st.integers(0, 3)):
+                names.update(listed)
+    properties = schema.get("properties", {})
+    return {name: draw(near(properties.get(name, {}), 1)) for name in sorted(names)}
+
+
+def _dependency_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    return st.lists(_holding_triggers(schema) | near(schema) | _VALUES, min_size=8, max_size=16)
+
+
+def _dependencies_outcome(schema: Any, rewritten: Any) -> str:
+    return "kept" if set(_DEPENDENCY_KEYWORDS) & rewritten.keys() else "written"
+
+
+def test_dependencies_written_as_any_of_accept_exactly_what_the_dependencies_accept() -> None:
+    seen = _run(dependency_schemas(), _dependencies_outcome, 300, _dependency_instances)
+    # Not vacuous: most are written, objects with triggers valid for many of them.
+    assert seen["written, some valid"] >= 120 and seen["kept"] >= 20, seen
+
+
+# Negations: schemas with finitely many values, or typed, and the simplest nots.
+_FINITE_TYPES = st.sampled_from(("boolean", "null", ["boolean", "null"], ["null", "string"]))
+# Numbers and integers, whose complements are the delicate ones.
+_NUMERIC_TYPES = st.sampled_from(("integer", "number", ["integer", "boolean"], ["number", "null"]))
+_NEGATED = st.one_of(
+    st.sampled_from(({}, True, False, {"title": "t"}, {"minLength": 0})),
+    st.fixed_dictionaries({"type": _keyword_values(1)["type"] | _NUMERIC_TYPES}),
+    st.fixed_dictionaries({"enum": st.lists(_SCALARS, min_size=1, max_size=4)}),
+    st.fixed_dictionaries({"const": _SCALARS}),
+    st.fixed_dictionaries(
+        {"type": _keyword_values(1)["type"]},
+        optional={"enum": st.lists(_SCALARS, min_size=1, max_size=4), "minimum": _BOUNDS},
+    ),
+)
+
+
+@st.composite
+def negation_schemas(draw: st.DrawFn) -> Any:
+    """A schema of a few keywords, or with finitely many values, and a not of a simple form."""
+    keywords = ("type", "enum", "const", "minimum", "maxLength", "required", "title")
+    schema = draw(_schemas(depth=1, keywords=keywords))
+    if draw(st.integers(0, 5)) == 0:  # definitions, which a false schema would lose
+        schema["$defs"] = _DEFINITION
+    if draw(st.booleans()) and "type" in schema:
+        schema["type"] = draw(_FINITE_TYPES)
+    negated = draw(_NEGATED)
+    if draw(st.integers(0, 5)) == 0:
+        negated = {"not": negated}
+    return {**schema, "not": negated}
+
+
+# A value of each type, a fractional number among them.
+_EACH_TYPE = st.sampled_from((None, True, False, 0, 2, 1.5, "a", [], {}, {"a": 1}))
+
+
+def _negation_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    values = near(schema) | near(schema["not"]) | _EACH_TYPE | _VALUES
+    return st.lists(values, min_size=8, max_size=16)
+
+
+def _negation_outcome(schema: Any, rewritten: Any) -> str:
+    return "written" if rewritten is False or "not" not in rewritten else "kept"
+
+
+def test_negations_written_out_accept_exactly_what_the_not_accepts() -> None:
+    seen = _run(negation_schemas(), _negation_outcome, 300, _negation_instances)
+    assert seen["written, some valid"] >= 60 and seen["kept"] >= 30, seen
+
+
 # --- the repository's data --------------------------------------------------------------
 
 
@@ -389,14 +511,44 @@ def _suite_cases() -> Iterator[tuple[str, Any, list[Any]]]:
 
 
 def test_every_jsonschemabench_schema_the_rewrite_changes_keeps_each_verdict() -> None:
-    changed = [name for name, schema, tests in _bench_cases() if _changed(schema, tests)]
-    assert len(changed) >= 25, changed  # the sample holds allOf, formats and untyped schemas
+    changed = _changed(_bench_cases())
+    assert len(changed["any"]) >= 25, changed  # the sample holds allOf, formats and untyped schemas
+    # Draft-04 dependencies (WashingtonPost), nots of everything and of a type (Synthesized).
+    assert len(changed["dependencies"]) >= 3 and len(changed["not"]) >= 4, changed
 
 
 def test_every_suite_schema_the_rewrite_changes_keeps_each_verdict() -> None:
-    changed = [name for name, schema, tests in _suite_cases() if _changed(schema, tests)]
-    assert len(changed) >= 100, changed
+    changed = _changed(_suite_cases())
+    assert len(changed["any"]) >= 100, changed
+    # dependentRequired.json, dependentSchemas.json, the optional dependencies-compatibility.json.
+    assert len(changed["dependencies"]) >= 13 and len(changed["not"]) >= 5, changed
 
 
-def _changed(schema: Any, instances: list[Any]) -> bool:
-    return assert_equivalent(schema, instances) is not schema
+def _changed(cases: Iterator[tuple[str, Any, list[Any]]]) -> dict[str, list[str]]:
+    """The cases the rewrite changes (each keeping its verdicts), and those where it wrote out
+    a ``not`` or a dependency keyword."""
+    changed: dict[str, list[str]] = {"any": [], "not": [], "dependencies": []}
+    for name, schema, instances in cases:
+        rewritten = assert_equivalent(schema, instances)
+        if rewritten is schema:
+            continue
+        changed["any"].append(name)
+        if _holding(rewritten, ("not",)) < _holding(schema, ("not",)):
+            changed["not"].append(name)
+        if _holding(rewritten, _DEPENDENCY_KEYWORDS) < _holding(schema, _DEPENDENCY_KEYWORDS):
+            changed["dependencies"].append(name)
+    return changed
+
+
+def _holding(document: Any, keywords: tuple[str, ...]) -> int:
+    """How many of ``keywords`` the schemas in ``document`` hold, draft-07 dependencies included."""
+    count = 0
+    pending = [document]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            count += len(node.keys() & set(keywords))
+            pending.extend(child for child, _ in subschemas(node, ""))
+            if isinstance(node.get("dependencies"), dict):
+                pending.extend(node["dependencies"].values())
+    return count

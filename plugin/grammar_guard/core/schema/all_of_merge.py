@@ -24,7 +24,7 @@ from typing import Any
 
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import is_number, json_equal
-from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL
+from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL, TYPE_KINDS
 
 # The target of a local reference, already rewritten; None: it cannot be used here.
 Resolver = Callable[[str], Any]
@@ -39,16 +39,6 @@ _ARRAY_GROUP = ("prefixItems", "items")
 _OPAQUE_GROUPS = (("contains", "minContains", "maxContains"), ("if", "then", "else"))
 _GROUP_OF = {
     keyword: group for group in (_OBJECT_GROUP, _ARRAY_GROUP, *_OPAQUE_GROUPS) for keyword in group
-}
-# What an instance's type can be, finer than "type" names: "number" is both.
-_KINDS = {
-    "null": {"null"},
-    "boolean": {"boolean"},
-    "object": {"object"},
-    "array": {"array"},
-    "string": {"string"},
-    "integer": {"integer"},
-    "number": {"integer", "fraction"},
 }
 
 
@@ -291,16 +281,17 @@ def _types(values: list[Any]) -> Any:
     """The types every part allows; "number" and "integer" meet in "integer"."""
     lists = [[value] if isinstance(value, str) else value for value in values]
     if not all(
-        isinstance(names, list) and all(isinstance(n, str) and n in _KINDS for n in names)
+        isinstance(names, list) and all(isinstance(n, str) and n in TYPE_KINDS for n in names)
         for names in lists
     ):
         raise _Unmergeable
-    kinds = set.intersection(*(set().union(*(_KINDS[name] for name in names)) for names in lists))
+    allowed = [set().union(*(TYPE_KINDS[name] for name in names)) for names in lists]
+    kinds = set.intersection(*allowed)
     common: list[str] = []
     for name in lists[0]:
         if name == "number" and "fraction" not in kinds:
             name = "integer"  # a number type met an integer type
-        if _KINDS[name] <= kinds and name not in common:
+        if TYPE_KINDS[name] <= kinds and name not in common:
             common.append(name)
     if not common:
         raise _Unmergeable  # no value has every type: unsatisfiable, left to the engines

@@ -1,11 +1,13 @@
 """Exact regular expressions for JSON-Schema ``format`` values (draft 2020-12).
 
 A schema ``{"type": "string", "format": F}`` can be enforced by either grammar
-engine as ``{"type": "string", "pattern": format_pattern(F)}``: each pattern
+engine as ``{"type": "string", "pattern": format_pattern(F)}``, with the
+``maxLength`` of :data:`FORMAT_MAX_LENGTHS` where it has one: each pattern
 here accepts exactly the strings the format's RFC grammar accepts, as the
 JSON-Schema-Test-Suite (``tests/draft2020-12/optional/format/<F>.json``) reads
-it. Patterns are matched against the decoded string value and anchored with
-``^(?:...)$``, so they mean the same whether an engine searches or matches.
+it, but for the over-constraints listed below. Patterns are matched against
+the decoded string value and anchored with ``^(?:...)$``, so they mean the
+same whether an engine searches or matches.
 
 Only features both xgrammar and llguidance enforce are used: no lookaround,
 backreferences, ``\\b``, inner anchors, ``\\d``, ``\\w`` or ``\\s``; ASCII
@@ -33,15 +35,27 @@ Choices where the RFC text leaves room, made the way the test suite reads it:
   as the ABNF has them.
 - ``relative-json-pointer``: draft-handrews-relative-json-pointer-01, the
   version 2020-12 cites (no index manipulation).
+- ``hostname`` (RFC 1123 section 2.1): labels of 1-63 letters, digits and
+  hyphens, neither first nor last a hyphen; no trailing dot, as the suite
+  reads it. The total of 253 characters is no pattern's business: the
+  rewrite writes it as ``maxLength`` (:data:`FORMAT_MAX_LENGTHS`). An A-label
+  (``xn--...``) is valid only if it decodes (Punycode) to a string that
+  passes the IDNA2008 tables and context rules, which no regular expression
+  checks, so every label with hyphens in its 3rd and 4th position is
+  refused, as RFC 5891 section 4.2.3.1 reserves them: an over-constraint
+  (the valid ``xn--zca29lwxobi7a`` is refused, never anything invalid
+  accepted). ``email``'s domain is RFC 5321's ``Domain``, which has neither
+  rule.
 
 Formats left out, which stay refused where an engine does not enforce them:
 
-- ``hostname``, ``idn-hostname``, ``idn-email``: a label ``xn--...`` (or a
-  U-label) is valid only if it decodes (Punycode) to a string that passes the
-  IDNA2008 tables and context rules; the suite tests those rules.
+- ``idn-hostname``, ``idn-email``: a U-label or A-label is valid only if it
+  decodes (Punycode) to a string that passes the IDNA2008 tables and context
+  rules; the suite tests those rules.
 - ``regex`` (and ``ecmascript-regex.json``, which tests it too): ECMA-262
   patterns nest groups to any depth, which no regular expression can check.
-- Unknown formats: there is nothing to enforce.
+- Unknown formats: there is nothing to enforce; in 2020-12 they are
+  annotations, and the rewrite drops them.
 
 Engine notes (measured; unit_tests/core/test_format_patterns.py pins them):
 
@@ -62,6 +76,10 @@ Engine notes (measured; unit_tests/core/test_format_patterns.py pins them):
   ``iri`` ~115-130 ms, ``iri-reference`` ~160-255 ms, ``uri-template``
   ~120 ms (the non-ASCII ranges next to expressions). llguidance takes
   under 10 ms for all of them.
+- ``hostname`` is served by llguidance alone: xgrammar ignores a
+  ``maxLength`` next to a pattern, so the analysis refuses it there (and the
+  63-character label bound makes xgrammar's compile slow). llguidance
+  compiles the rewritten schema, pattern and ``maxLength``, in under 20 ms.
 """
 
 from __future__ import annotations
@@ -244,6 +262,30 @@ def _head(count: int) -> str:
 _ADDRESS_LITERAL = "\\[" + _group(_SMTP_IPV4, _either_case("IPv6:") + _smtp_ipv6()) + "\\]"
 _MAILBOX = _group(_DOT_STRING, _QUOTED_STRING) + "@" + _group(_DOMAIN, _ADDRESS_LITERAL)
 
+# --- RFC 1123 host names ------------------------------------------------------
+
+_LDH = "[A-Za-z0-9\\-]"
+
+
+def _host_label() -> str:
+    """A label of 1-63 letters, digits and hyphens, with a letter or digit at each end.
+
+    A label with hyphens in both its 3rd and 4th position is refused: RFC 5891
+    section 4.2.3.1 reserves those, and an A-label (``xn--``) among them is
+    valid only if it decodes, which no regular expression checks. Up to four
+    characters such a label would end in a hyphen anyway; from five on, the
+    3rd and 4th are any pair but "--".
+    """
+    short = f"{_LDH}{{0,2}}{_LET_DIG}"  # 2-4 characters with the first
+    not_reserved = _group(f"{_LET_DIG}{_LDH}", f"\\-{_LET_DIG}")
+    long = f"{_LDH}{not_reserved}{_LDH}{{0,58}}{_LET_DIG}"  # 5-63
+    return _LET_DIG + _optional(_group(short, long))
+
+
+_HOST_LABEL = _host_label()
+# At most 253 characters in all, which FORMAT_MAX_LENGTHS adds as maxLength.
+_HOSTNAME = f"{_HOST_LABEL}(?:\\.{_HOST_LABEL})*"
+
 # --- RFC 3986 URIs and RFC 3987 IRIs ------------------------------------------
 
 _UNRESERVED = "A-Za-z0-9\\-._~"  # class bodies, joined into classes below
@@ -341,6 +383,7 @@ FORMAT_PATTERNS: Mapping[str, str] = MappingProxyType(
         "date-time": _whole(_DATE_TIME),
         "duration": _whole(_duration()),
         "email": _whole(_MAILBOX),
+        "hostname": _whole(_HOSTNAME),
         "ipv4": _whole(_IPV4),
         "ipv6": _whole(_IPV6),
         "uuid": _whole(f"{_HEXDIG}{{8}}(?:-{_HEXDIG}{{4}}){{3}}-{_HEXDIG}{{12}}"),
@@ -354,7 +397,21 @@ FORMAT_PATTERNS: Mapping[str, str] = MappingProxyType(
     }
 )
 
+# The longest string each format allows where its pattern does not say it:
+# written as ``maxLength`` next to the pattern (both apply to strings only).
+FORMAT_MAX_LENGTHS: Mapping[str, int] = MappingProxyType(
+    {
+        # RFC 1123 section 2.1 allows 255 octets on the wire, 253 characters as text.
+        "hostname": 253,
+    }
+)
+
 
 def format_pattern(name: str) -> str | None:
     """The whole-string pattern that enforces format ``name`` exactly, or None if there is none."""
     return FORMAT_PATTERNS.get(name)
+
+
+def format_max_length(name: str) -> int | None:
+    """The ``maxLength`` that format ``name``'s pattern needs beside it, or None if none."""
+    return FORMAT_MAX_LENGTHS.get(name)

@@ -10,13 +10,21 @@ what they leave unenforced read the rewritten schema:
 - ``allOf`` merged into its parent (:mod:`~grammar_guard.core.schema.all_of_merge`);
 - a ``format`` with an exact pattern (:mod:`~grammar_guard.core.schema.formats`)
   written as that ``pattern``: both apply to strings only;
+- the simplest ``not``\\ s written as what they leave: ``false`` for a ``not``
+  of everything, the types or the finitely many values left
+  (:mod:`~grammar_guard.core.schema.negation`);
+- ``dependentRequired``, ``dependentSchemas`` and draft-07 ``dependencies``
+  written as an ``anyOf`` with a branch per trigger name absent or present
+  (:mod:`~grammar_guard.core.schema.dependencies`), after merging, with the
+  rest of the schema merged into each branch;
 - an untyped schema split by type (:mod:`~grammar_guard.core.schema.untyped`),
   after merging, since merged branches often supply the type;
 - a length or count written as a whole float (``"maxItems": 2.0``) written as
   the integer it is, which is all the engines take.
 
 Every rewrite accepts exactly the values the schema accepts (draft 2020-12,
-``format`` read as an assertion, as the analysis reads it). Where that
+``format`` read as an assertion and ``dependencies`` as the draft-07
+constraint, as the analysis reads them). Where that
 cannot be shown, the construct stays as written and is refused or routed as
 before. Moving a subschema is only safe where nothing refers into it, so a
 schema that a ``$ref`` points inside of is never restructured, and a
@@ -37,9 +45,12 @@ from urllib.parse import unquote
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.input_limits import check_json_value
 from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
-from grammar_guard.core.schema.formats import format_pattern
+from grammar_guard.core.schema.dependencies import dependencies_as_any_of
+from grammar_guard.core.schema.formats import format_max_length, format_pattern
+from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
 from grammar_guard.core.schema.untyped import split_by_type
+from grammar_guard.core.schema.values import count_values
 from grammar_guard.core.schema.vocabulary import (
     SCHEMA_LISTS,
     SCHEMA_MAPS,
@@ -53,7 +64,10 @@ DEFINED_FORMATS = (
     "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference",
     "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
 )  # fmt: skip
-_RULES = "all-of-merged,untyped-split,format-as-pattern,whole-counts:1"
+_RULES = (
+    "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
+    "negation,dependencies-any-of:2"
+)
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
     {
@@ -120,10 +134,10 @@ def rewritten_schema_text(text: str) -> str:
 
 
 def _version() -> str:
-    """The rules, and the format patterns they write, as one string for fingerprints."""
+    """The rules, and the format patterns and lengths they write, as one string for fingerprints."""
     digest = hashlib.sha256()
     for name in DEFINED_FORMATS:
-        digest.update(f"{name}={format_pattern(name)}\n".encode())
+        digest.update(f"{name}={format_pattern(name)},{format_max_length(name)}\n".encode())
     return f"{_RULES}:{digest.hexdigest()[:16]}"
 
 
@@ -186,6 +200,22 @@ class _Rewrite:
             if "allOf" in result and self.movable(pointer):
                 merged = self.merger.merge(result)
                 result = result if merged is None else merged
+            if self.movable(pointer):
+                # After the merge, which may bring a `not` or a dependency in;
+                # negations first, so that each dependency branch gets the
+                # node without its `not`.
+                negated = negation_rewritten(result)
+                result = result if negated is None else negated
+                if isinstance(result, dict):
+                    written = dependencies_as_any_of(
+                        result,
+                        node,
+                        self.merger.conjoin,
+                        lambda schema, name: self.merge(
+                            schema, join_pointer(pointer, "dependencies", name)
+                        ),
+                    )
+                    result = result if written is None else written
         finally:
             self.in_progress.discard(pointer)
         self.merged[pointer] = result
@@ -276,18 +306,34 @@ def _format_as_pattern(node: dict[str, Any]) -> dict[str, Any]:
     """A ``format`` with an exact pattern, as that ``pattern``: both constrain strings only.
 
     Next to a ``pattern`` of its own the format stays: a string would have
-    to match both, which one pattern cannot say without lookarounds.
+    to match both, which one pattern cannot say without lookarounds. A
+    format whose pattern leaves the length to ``maxLength`` (a host name's
+    253 characters) gets that too, or keeps a smaller one; next to a
+    ``maxLength`` that is no count the format stays. A format 2020-12 does
+    not define is an annotation, which constrains nothing: it is dropped.
     """
     name = node.get("format")
-    if not isinstance(name, str) or "pattern" in node:
+    if not isinstance(name, str):
         return node
+    if name not in DEFINED_FORMATS:
+        return {key: value for key, value in node.items() if key != "format"}
     pattern = format_pattern(name)
-    if pattern is None:
+    if pattern is None or "pattern" in node:
         return node
-    return {
+    longest = format_max_length(name)
+    bound: dict[str, int] = {}
+    if longest is not None:
+        current = node.get("maxLength", longest)
+        if isinstance(current, float) and current.is_integer():
+            current = int(current)
+        if isinstance(current, bool) or not isinstance(current, int) or current < 0:
+            return node
+        bound["maxLength"] = min(current, longest)
+    rewritten = {
         ("pattern" if key == "format" else key): (pattern if key == "format" else value)
         for key, value in node.items()
     }
+    return {**rewritten, **bound}
 
 
 def _counts_as_integers(node: dict[str, Any]) -> dict[str, Any]:
@@ -357,25 +403,11 @@ def _fits(result: Any, document: Any) -> bool:
     graph whose written-out size is far larger than its objects suggest:
     its values are counted as they will be written, stopping at the bound.
     """
-    limit = _GROWTH * _count_values(document, None) + _GROWTH_SLACK
-    if _count_values(result, limit) > limit:
+    limit = _GROWTH * count_values(document, None) + _GROWTH_SLACK
+    if count_values(result, limit) > limit:
         return False
     try:
         check_json_value("json_schema", result)
     except InvalidGrammarError:
         return False
     return True
-
-
-def _count_values(document: Any, limit: int | None) -> int:
-    """How many JSON values ``document`` writes out, counting at most to ``limit`` + 1."""
-    count = 0
-    pending = [document]
-    while pending and (limit is None or count <= limit):
-        item = pending.pop()
-        count += 1
-        if isinstance(item, dict):
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return count

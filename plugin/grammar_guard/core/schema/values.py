@@ -126,3 +126,21 @@ def canonical(value: Any) -> Any:
     if isinstance(value, dict):
         return ("object", frozenset((key, canonical(item)) for key, item in value.items()))
     return ("other", repr(value))
+
+
+def count_values(document: Any, limit: int | None = None) -> int:
+    """How many JSON values ``document`` writes out, counting at most to ``limit`` + 1.
+
+    A rewritten schema shares merged references rather than copying them, so
+    its written size may be far larger than its objects suggest.
+    """
+    count = 0
+    pending = [document]
+    while pending and (limit is None or count <= limit):
+        item = pending.pop()
+        count += 1
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return count

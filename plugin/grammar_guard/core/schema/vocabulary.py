@@ -159,3 +159,15 @@ def subschemas(node: Mapping[str, Any], pointer: str) -> Iterator[tuple[Any, str
                 yield item, join_pointer(pointer, keyword, index)
         elif keyword in SCHEMA_VALUES:
             yield value, join_pointer(pointer, keyword)
+
+
+# What an instance's type can be, finer than "type" names: "number" is both.
+TYPE_KINDS: Mapping[str, frozenset[str]] = {
+    "null": frozenset({"null"}),
+    "boolean": frozenset({"boolean"}),
+    "object": frozenset({"object"}),
+    "array": frozenset({"array"}),
+    "string": frozenset({"string"}),
+    "integer": frozenset({"integer"}),
+    "number": frozenset({"integer", "fraction"}),
+}

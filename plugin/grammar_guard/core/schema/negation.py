@@ -1,0 +1,125 @@
+"""The simplest ``not``\\ s written as what they leave: neither engine enforces ``not``.
+
+- a ``not`` of a schema that accepts everything (``{}``, ``true``, only
+  annotations): no value is valid, and the schema is ``false``;
+- ``"not": false``: every value passes it, and the keyword goes;
+- a schema whose values are finite (an ``enum``, a ``const``, ``type``
+  boolean or null) and a ``not`` that says only ``type``, ``enum`` or
+  ``const``, each decided value by value: the values left, as the ``enum``
+  (or ``false`` where none is);
+- ``"not": {"type": ...}`` otherwise: the schema's own types (all of them
+  if it has none) less the negated ones, as its ``type``, where type names
+  can say it. ``integer`` is part of ``number``, but the numbers that are
+  not integers have no name: ``not {"type": "integer"}`` of a schema that
+  allows numbers stays as written, while ``not {"type": "number"}`` takes
+  the integers too and is written.
+
+Every other ``not`` stays as written, and is refused as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grammar_guard.core.schema.vacuity import can_fail
+from grammar_guard.core.schema.values import satisfies
+from grammar_guard.core.schema.vocabulary import TYPE_KINDS
+
+# A schema without "type" allows each of these (and "integer", within "number").
+_ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
+# The values of the types that have finitely many.
+_TYPE_VALUES: dict[str, tuple[Any, ...]] = {"boolean": (True, False), "null": (None,)}
+# The keywords of a negated schema whose verdict on each value is decided here.
+_DECIDED = frozenset({"type", "enum", "const"})
+# A schema holding definitions is not replaced by false: a reference from
+# elsewhere may point into them (references there do not pin it).
+_DEFINITIONS = ("$defs", "definitions")
+
+
+def negation_rewritten(node: dict[str, Any]) -> Any:
+    """``node`` with its ``not`` written as what it leaves (possibly ``false``); None if not exact.
+
+    A malformed ``type`` or ``enum`` leaves the node as written, for the
+    engine to report rather than a rewrite to hide.
+    """
+    if "not" not in node:
+        return None
+    own_types = _type_names(node["type"]) if "type" in node else _ALL_TYPES
+    if own_types is None or ("enum" in node and not isinstance(node["enum"], list)):
+        return None
+    rest = {key: value for key, value in node.items() if key != "not"}
+    negated = node["not"]
+    if negated is False:
+        return rest
+    if negated is True:
+        return _nothing(node)
+    if not isinstance(negated, dict):
+        return None
+    constraints = {k: v for k, v in negated.items() if can_fail(k, v, negated)}
+    if not constraints:
+        return _nothing(node)
+    if not constraints.keys() <= _DECIDED:
+        return None
+    if "type" in constraints and _type_names(constraints["type"]) is None:
+        return None
+    if "enum" in constraints and not isinstance(constraints["enum"], list):
+        return None
+    if "enum" in node or "const" in node or set(own_types) <= _TYPE_VALUES.keys():
+        return _values_left(node, rest, own_types, constraints)
+    if constraints.keys() == {"type"}:
+        return _types_left(node, rest, own_types, constraints["type"])
+    return None
+
+
+def _values_left(
+    node: dict[str, Any], rest: dict[str, Any], own_types: tuple[str, ...], negated: dict[str, Any]
+) -> Any:
+    """``rest`` allowing only the node's values the negated schema rejects."""
+
+    def excluded(value: Any) -> bool:
+        return all(satisfies(value, key, argument) for key, argument in negated.items())
+
+    if "enum" in node:
+        left = [value for value in node["enum"] if not excluded(value)]
+    elif "const" in node:
+        left = [] if excluded(node["const"]) else [node["const"]]
+    else:
+        values = [value for name in own_types for value in _TYPE_VALUES[name]]
+        left = [value for value in values if not excluded(value)]
+    if not left:
+        return _nothing(node)
+    return rest if "const" in node and "enum" not in node else {**rest, "enum": left}
+
+
+def _types_left(
+    node: dict[str, Any], rest: dict[str, Any], own_types: tuple[str, ...], negated: Any
+) -> Any:
+    """``rest`` typed with the node's types less the negated ones; None where no names say it."""
+    names = _type_names(negated)
+    assert names is not None
+    allowed = _kinds(own_types) - _kinds(names)
+    left = [name for name in dict.fromkeys(own_types) if TYPE_KINDS[name] <= allowed]
+    if _kinds(left) != allowed:
+        return None  # the numbers that are not integers, which no type name stands for
+    if not left:
+        return _nothing(node)
+    return {**rest, "type": left[0] if len(left) == 1 else left}
+
+
+def _nothing(node: dict[str, Any]) -> Any:
+    """``false``, which accepts nothing; None where the node holds definitions to keep."""
+    return None if any(key in node for key in _DEFINITIONS) else False
+
+
+def _type_names(value: Any) -> tuple[str, ...] | None:
+    """A ``type`` value's names; None if it is not one (an unknown name, an empty list)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names:
+        return None
+    if not all(isinstance(name, str) and name in TYPE_KINDS for name in names):
+        return None
+    return tuple(names)
+
+
+def _kinds(names: Any) -> set[str]:
+    return set().union(*(TYPE_KINDS[name] for name in names))

@@ -1,0 +1,153 @@
+"""The simplest ``not``\\ s written as what they leave: neither engine enforces ``not``.
+
+What the rewrite writes for each form, what it leaves as written, and the
+engines serving the result. That every rewrite accepts exactly what the
+schema accepts, on random schemas and on the repository's data, is in
+``test_schema_rewrite_equivalence.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from unit_tests.conftest import compact_json_spec, routed_accepts
+from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
+
+from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.routing import EngineName, RoutedEngine, route
+from grammar_guard.core.schema.analysis import analyze
+from grammar_guard.core.schema.rewrite import rewrite_schema
+from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
+
+NOT_NUMBER = ["null", "boolean", "object", "array", "string"]
+
+# (id, schema, what the rewrite writes)
+REWRITTEN: list[tuple[str, Any, Any]] = [
+    ("not of everything", {"type": "integer", "not": {}}, False),
+    ("not true", {"not": True}, False),
+    ("not of annotations only", {"not": {"title": "t", "minLength": 0}}, False),
+    (
+        "a property that may not appear",
+        {"type": "object", "properties": {"x": {"not": {}}, "y": {"type": "integer"}}},
+        {"type": "object", "properties": {"x": False, "y": {"type": "integer"}}},
+    ),
+    ("not false", {"type": "string", "not": False, "title": "t"}, {"type": "string", "title": "t"}),
+    # --- types
+    (
+        "not a number: no integer either",
+        {"not": {"type": "number"}, "minLength": 2},
+        {"minLength": 2, "type": NOT_NUMBER},
+    ),
+    (
+        "not null, of a nullable string",
+        {"type": ["string", "null"], "not": {"type": "null"}},
+        {"type": "string"},
+    ),
+    (
+        "not integers, of integers or strings",
+        {"type": ["integer", "string", "boolean"], "not": {"type": ["integer", "boolean"]}},
+        {"type": "string"},
+    ),
+    ("not a number, of an integer", {"type": "integer", "not": {"type": "number"}}, False),
+    ("a not of a not", {"not": {"not": {"type": "string"}}}, {"type": "string"}),
+    (
+        "a not merged from an allOf",
+        {"allOf": [{"type": ["integer", "null"]}, {"not": {"type": "null"}}]},
+        {"type": "integer"},
+    ),
+    # --- values
+    (
+        "not true, of a boolean",
+        {"type": "boolean", "not": {"const": True}},
+        {"type": "boolean", "enum": [False]},
+    ),
+    (
+        "not null, of booleans or null",
+        {"type": ["boolean", "null"], "not": {"enum": [None, 1]}},
+        {"type": ["boolean", "null"], "enum": [True, False]},
+    ),
+    ("values of an enum", {"enum": [1, 2.0, "a"], "not": {"enum": [2, "b"]}}, {"enum": [1, "a"]}),
+    (
+        "the strings of an enum",
+        {"enum": [1, "a", None], "not": {"type": "string"}},
+        {"enum": [1, None]},
+    ),
+    (
+        "values of a type and an enum",
+        {"enum": [1, "a", "b"], "not": {"type": "string", "enum": ["a", 1]}},
+        {"enum": [1, "b"]},
+    ),
+    ("a const the not rejects", {"const": "a", "not": {"const": "a"}}, False),
+    ("a const the not lets through", {"const": "a", "not": {"enum": ["b"]}}, {"const": "a"}),
+    ("true is not 1", {"enum": [True, 1], "not": {"const": 1}}, {"enum": [True]}),
+]
+
+# (id, schema): left exactly as written, each for the reason its id gives.
+KEPT: list[tuple[str, Any]] = [
+    ("not an integer: the other numbers have no type name", {"not": {"type": "integer"}}),
+    ("not an integer, of numbers", {"type": "number", "not": {"type": ["integer", "string"]}}),
+    ("a not of more than a type", {"type": "string", "not": {"type": "string", "maxLength": 2}}),
+    ("a value of an integer", {"type": "integer", "not": {"const": 3}}),
+    ("a not of a pattern", {"enum": ["a", "b"], "not": {"type": "string", "pattern": "^a"}}),
+    ("a not of a reference", {"$defs": {"n": {"type": "null"}}, "not": {"$ref": "#/$defs/n"}}),
+    ("definitions a false schema would lose", {"$defs": {"n": {}}, "not": {}}),
+    ("a type no draft defines", {"type": "integr", "not": {}}),
+    ("a negated type no draft defines", {"not": {"type": "float"}}),
+    ("an enum that is no list", {"type": "boolean", "not": {"enum": True}}),
+    ("a not that is no schema", {"type": "string", "not": "x"}),
+]
+
+INSTANCES: list[Any] = [None, True, False, 0, 1, 2, 1.5, "a", "b", "ab", [], {}, {"x": 1}, {"y": 2}]
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"), [r[1:] for r in REWRITTEN], ids=[r[0] for r in REWRITTEN]
+)
+def test_each_not_is_written_as_what_it_leaves(schema: Any, expected: Any) -> None:
+    assert assert_equivalent(schema, INSTANCES) == expected
+
+
+@pytest.mark.parametrize("schema", [k[1] for k in KEPT], ids=[k[0] for k in KEPT])
+def test_what_no_exact_rewrite_exists_for_is_left_as_written(schema: Any) -> None:
+    assert rewrite_schema(schema) is schema
+
+
+# --- the engines serve what they refused before ------------------------------------------
+
+
+FORBIDDEN = {"type": "object", "properties": {"x": {"not": {}}, "y": {"type": "integer"}}}
+ENUM = {
+    "type": "object",
+    "properties": {"x": {"enum": ["a", "b", "c"], "not": {"const": "b"}}},
+    "required": ["x"],
+}
+NOT_NULL = {
+    "type": "object",
+    "properties": {"x": {"type": ["integer", "null"], "not": {"type": "null"}}},
+    "required": ["x"],
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "engine", "valid", "invalid"),
+    [
+        # xgrammar refuses a false subschema: llguidance serves it.
+        (FORBIDDEN, EngineName.LLGUIDANCE, '{"y":1}', '{"x":1}'),
+        (ENUM, EngineName.XGRAMMAR, '{"x":"a"}', '{"x":"b"}'),
+        (NOT_NULL, EngineName.XGRAMMAR, '{"x":1}', '{"x":null}'),
+    ],
+)
+def test_nots_refused_before_are_served_and_enforced(
+    routed: RoutedEngine, schema: Any, engine: EngineName, valid: str, invalid: str
+) -> None:
+    assert [finding.keyword for finding in analyze(schema, XGRAMMAR)] == ["not"]
+    spec = compact_json_spec(schema)
+    assert route(spec).engine is engine
+    assert routed_accepts(routed, spec, valid)
+    assert not routed_accepts(routed, spec, invalid)
+
+
+def test_a_schema_that_accepts_nothing_stays_refused() -> None:
+    with pytest.raises(InvalidGrammarError):
+        route(compact_json_spec({"type": "object", "not": {}}))
