@@ -107,9 +107,13 @@ class _SmallVocabulary:
         return [VOCAB.index(char) for char in text]
 
 
+def small_llguidance_tokenizer() -> llguidance.LLTokenizer:
+    return llguidance.LLTokenizer(_SmallVocabulary())
+
+
 @pytest.fixture(scope="session")
 def small_llguidance() -> LLGuidanceEngine:
-    return LLGuidanceEngine(llguidance.LLTokenizer(_SmallVocabulary()))
+    return LLGuidanceEngine(small_llguidance_tokenizer())
 
 
 @pytest.fixture(scope="session")

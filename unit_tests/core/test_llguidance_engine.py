@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import llguidance
 import pytest
 import torch
-from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB
+from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB, small_llguidance_tokenizer
 
 from grammar_guard.core import bitmask_fill
 from grammar_guard.core.bitmask_fill import RowFill
-from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.errors import (
+    InvalidGrammarError,
+    PastEngineLimitsError,
+    UnenforcedKeywordError,
+)
 from grammar_guard.core.failures import FailureClass
 from grammar_guard.core.guarded_matcher import GuardedMatcher
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceMatcher
@@ -328,17 +333,44 @@ def test_a_grammar_past_llguidances_lexer_limit_ends_its_request_as_the_clients_
 def test_a_token_past_llguidances_parser_limit_ends_its_request_as_the_clients_error(
     small_llguidance: LLGuidanceEngine,
 ) -> None:
-    """A choice of more alternatives than llguidance keeps in one parser row.
+    """Two rules of 1,500 alternatives each: no alternation is past the row limit, their sum is.
 
     The first mask allows "w"; taking it goes past the row limit, and the
     matcher refuses the very token it allowed: once a server error (a 500,
     "the grammar rejected sampled token"), now the client's, with the cause.
     """
-    grammar = "root ::= " + " | ".join(f'"w{number}"' for number in range(3000))
+    grammar = "start: a | b\n" + "\n".join(
+        f"{rule}: " + " | ".join(f'"{prefix}{number}"' for number in range(1500))
+        for rule, prefix in (("a", "w"), ("b", "v"))
+    )
     spec = _spec(RequestKind.GRAMMAR, grammar)
     why, failure = _first_step_ends(small_llguidance, spec, VOCAB.index("w"))
     assert failure is FailureClass.INVALID
     assert "grew past llguidance's limits while decoding" in why and "max is" in why
+
+
+def _alternatives(count: int) -> str:
+    return "start: " + " | ".join(f'"w{number}"' for number in range(count))
+
+
+def test_an_alternation_wider_than_a_parser_row_is_refused_before_its_compile(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    """2,000 alternatives in one rule fail at the first token; 1,999 are served.
+
+    Refused at the check, a request gets its 400 from the API server at once,
+    not after a compile that a large grammar makes seconds long.
+    """
+    with pytest.raises(PastEngineLimitsError, match="alternation of 2,000 items"):
+        LLGuidanceEngine.check(_spec(RequestKind.GRAMMAR, _alternatives(2000)))
+    assert _matches(small_llguidance, _spec(RequestKind.GRAMMAR, _alternatives(1999)), "w17")
+    # The limit is llguidance's own: its matcher, given the refused grammar, fails at "w".
+    matcher = llguidance.LLMatcher(
+        small_llguidance_tokenizer(), llguidance.grammar_from("lark", _alternatives(2000))
+    )
+    assert not matcher.is_error()
+    assert not matcher.consume_token(VOCAB.index("w"))
+    assert "max is 2000" in matcher.get_error()
 
 
 def test_a_grammar_past_llguidances_limits_at_its_first_mask_says_so(

@@ -9,13 +9,21 @@ import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
 from grammar_guard.core.engine_common import fill_by_engine
-from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.errors import (
+    InvalidGrammarError,
+    PastEngineLimitsError,
+    UnenforcedKeywordError,
+)
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.llguidance_rewrite import EngineDoesNotSupport
 from grammar_guard.core.routing import EngineName, RoutedEngine, RoutedRecipe, route
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_cost import slow_for_xgrammar, xgrammar_over_constrains
+from grammar_guard.core.xgrammar_cost import (
+    SLOW_SPEC_CHARS,
+    slow_for_xgrammar,
+    xgrammar_over_constrains,
+)
 
 PLAIN = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 LONG_STRING = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 200}}}
@@ -255,3 +263,43 @@ def test_a_compile_process_builds_llguidances_tokenizer_at_start_unless_never_ro
     llguidance = _RecordingEngine()
     RoutedRecipe(_RecordingEngine(), llguidance, selection).build()  # type: ignore[arg-type]
     assert llguidance.tokenizer_loads == loads
+
+
+def _word_list(count: int) -> GrammarSpec:
+    words = " | ".join(f'"word{number:05d}"' for number in range(count))
+    return GrammarSpec.build(RequestKind.GRAMMAR, f"root ::= {words}", COMPACT)
+
+
+def test_a_grammar_past_llguidances_parser_goes_to_xgrammar_unless_too_large_for_it() -> None:
+    """3,000 words (40 kB) compile on xgrammar in milliseconds; 6,000 (80 kB) would take seconds.
+
+    Neither fits a row of llguidance's parser. The large one is refused at
+    once, where it would otherwise compile in the background for longer
+    than a request waits.
+    """
+    assert route(_word_list(3000)).engine is EngineName.XGRAMMAR
+    large = _word_list(6000)
+    assert len(large.text) >= SLOW_SPEC_CHARS
+    with pytest.raises(PastEngineLimitsError, match="alternation of 6,000 items"):
+        route(large)
+    # A forced engine is the operator's choice: xgrammar still takes it.
+    assert route(large, selection=EngineSelection.XGRAMMAR).engine is EngineName.XGRAMMAR
+
+
+def test_a_refusal_names_what_the_client_wrote_not_what_the_rewrite_wrote() -> None:
+    # The rewrite writes a host name as a pattern and a maxLength, and a
+    # `not` of everything as `false`: neither is the client's text, and
+    # llguidance's proof of an unsatisfiable schema names the part.
+    hostname = {
+        "type": "object",
+        "properties": {"h": {"type": "string", "format": "hostname"}},
+        "propertyNames": {"pattern": "^h"},
+    }
+    with pytest.raises(UnenforcedKeywordError) as refused:
+        route(_json(hostname))
+    assert "'format: hostname' at /properties/h/format" in refused.value.reason
+    assert "maxLength" not in refused.value.reason
+    with pytest.raises(InvalidGrammarError, match="or a 'not' of every value"):
+        route(_json({"not": {}}))
+    with pytest.raises(InvalidGrammarError, match="required property 'a' is unsatisfiable"):
+        route(_json({"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]}))

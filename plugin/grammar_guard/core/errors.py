@@ -32,6 +32,10 @@ class InvalidGrammarError(ValueError):
         super().__init__(self.reason)
 
 
+class PastEngineLimitsError(InvalidGrammarError):
+    """The grammar is valid, but larger than one engine's parser holds (another may take it)."""
+
+
 class UnenforcedKeywordError(InvalidGrammarError):
     """The schema asks for constraints the grammar engine would silently not enforce.
 

@@ -25,8 +25,13 @@ from typing import Any
 import llguidance
 
 from grammar_guard.core.engine_common import invalid_spec, invalid_spec_on_error
-from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.errors import (
+    InvalidGrammarError,
+    PastEngineLimitsError,
+    UnenforcedKeywordError,
+)
 from grammar_guard.core.grammar_text import grammar_is_lark
+from grammar_guard.core.lark_alternations import widest_rule_alternation
 from grammar_guard.core.listed_patterns import fold_listed_patterns
 from grammar_guard.core.schema.capabilities import PatternSupport
 from grammar_guard.core.schema.findings import Finding
@@ -45,6 +50,8 @@ from grammar_guard.core.spec import GrammarSpec, RequestKind
 # How llguidance's strict JSON compiler names what it would not enforce.
 _UNIMPLEMENTED_KEYS = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+# The most items a row of llguidance's parser holds (lark_alternations.py).
+_ROW_ITEMS = llguidance.LLParserLimits().max_items_in_row
 # Goes into the fingerprint: a grammar stored before one of these rewrites
 # existed (listed_patterns.py, required names listed when closing) must not
 # be loaded by an engine that applies it.
@@ -61,6 +68,8 @@ def validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tup
     if inexact and unenforced is UnenforcedPolicy.REFUSE:
         raise UnenforcedKeywordError(spec.kind.value, inexact)
     grammar = _grammar(spec, lenient=False)
+    if spec.kind is RequestKind.GRAMMAR:
+        _require_rows_fit(grammar)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if not is_error:
         return grammar, inexact
@@ -75,6 +84,17 @@ def validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tup
     if is_error:
         raise invalid_spec(spec, messages[0])
     return grammar, inexact + findings
+
+
+def _require_rows_fit(lark: str) -> None:
+    """Refuse a grammar whose widest alternation would fail at decoding, not after its compile."""
+    widest = widest_rule_alternation(lark)
+    if widest >= _ROW_ITEMS:
+        raise PastEngineLimitsError(
+            f"the grammar is past llguidance's limits: a rule has an alternation of {widest:,} "
+            f"items, and its parser holds {_ROW_ITEMS - 1:,} at most; plain strings can be "
+            "listed in a rule of their own (in Lark, an upper-case terminal)"
+        )
 
 
 def _loosened_constraints(spec: GrammarSpec) -> tuple[Finding, ...]:

@@ -14,6 +14,12 @@ same in every process and for every request of a key:
    compiles in about a millisecond, or a construct whose valid values
    xgrammar partly refuses
    (:func:`~grammar_guard.core.xgrammar_cost.xgrammar_over_constrains`).
+3. A grammar large enough that xgrammar compiles it for tens of seconds
+   (:data:`~grammar_guard.core.xgrammar_cost.SLOW_SPEC_CHARS` and more) is
+   refused when llguidance's parser cannot hold it either
+   (:class:`~grammar_guard.core.errors.PastEngineLimitsError`): a request
+   that no engine serves within its compile timeout gets its 400 at once,
+   instead of costing the engine a compile in the background.
 
 Inside the engine core the decision is a :class:`CompilePlan`, made once per
 key and carried to wherever the key compiles: which engine compiles it,
@@ -37,12 +43,17 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from grammar_guard.core.engine import CompilePlan
-from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
+from grammar_guard.core.errors import (
+    InvalidGrammarError,
+    PastEngineLimitsError,
+    UnenforcedKeywordError,
+)
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
 from grammar_guard.core.schema.rewrite import rewritten_schema_text
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_cost import (
+    SLOW_SPEC_CHARS,
     slow_for_xgrammar,
     xgrammar_compile_estimate_s,
     xgrammar_over_constrains,
@@ -67,6 +78,9 @@ UPGRADE_MAX_COMPILE_S = 10.0
 _REMEMBERED_ROUTES = 1024
 # How llguidance says it proved a schema allows nothing.
 _UNSATISFIABLE = "Unsatisfiable schema"
+# How xgrammar says a subschema allows nothing; the client may have written
+# a ``not`` that the rewrite made ``false`` (schema/negation.py).
+_XGRAMMAR_NOTHING = "Schema 'false' cannot accept any value"
 
 
 class EngineName(enum.Enum):
@@ -116,6 +130,8 @@ def _route(
             # while another enforces it.
             return _check(engine, spec, UnenforcedPolicy.REFUSE)
         except InvalidGrammarError as exc:
+            if isinstance(exc, PastEngineLimitsError) and len(compiled.text) >= SLOW_SPEC_CHARS:
+                raise
             refusals[engine] = exc
     if unenforced is UnenforcedPolicy.WARN:
         # Neither enforces all of it: xgrammar serves what it can, as before routing.
@@ -141,21 +157,31 @@ def _as_compiled(spec: GrammarSpec) -> GrammarSpec:
 def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammarError:
     """The reason that tells the client most about a request no engine serves.
 
-    A schema that is itself wrong is said to be first: in xgrammar's words
-    where it found that (they are the more specific), else in llguidance's
-    when it proved the schema unsatisfiable. Otherwise xgrammar's refusal,
-    which locates each keyword it cannot enforce in the schema.
+    A schema that is itself wrong is said to be first: in llguidance's words
+    when it proved the schema unsatisfiable (it names the part that allows
+    nothing), else in xgrammar's where it found that (they are the more
+    specific about syntax). Otherwise xgrammar's refusal, which locates each
+    keyword it cannot enforce in the schema.
     """
     xgrammar = refusals.get(EngineName.XGRAMMAR)
     llguidance = refusals.get(EngineName.LLGUIDANCE)
-    if xgrammar is not None and not isinstance(xgrammar, UnenforcedKeywordError):
-        return xgrammar
     if llguidance is not None and _UNSATISFIABLE in llguidance.reason:
         return llguidance
+    if xgrammar is not None and not isinstance(xgrammar, UnenforcedKeywordError):
+        return _in_the_clients_words(xgrammar)
     if xgrammar is not None:
         return xgrammar
     assert llguidance is not None
     return llguidance
+
+
+def _in_the_clients_words(refusal: InvalidGrammarError) -> InvalidGrammarError:
+    if _XGRAMMAR_NOTHING not in refusal.reason:
+        return refusal
+    return InvalidGrammarError(
+        f"{refusal.reason} (a part of the schema that a value must match is false, "
+        "or a 'not' of every value)"
+    )
 
 
 _ENGINE_TYPES: dict[EngineName, type[XGrammarEngine] | type[LLGuidanceEngine]] = {

@@ -25,7 +25,7 @@ from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordErro
 from grammar_guard.core.grammar_text import grammar_is_lark
 from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.schema.capabilities import EngineCapabilities
-from grammar_guard.core.schema.findings import Finding
+from grammar_guard.core.schema.findings import Finding, as_written
 from grammar_guard.core.schema.pointers import join_pointer
 from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text
 from grammar_guard.core.settings import UnenforcedPolicy
@@ -81,6 +81,9 @@ def parse_enforced(
     with invalid_spec_on_error(spec, native_reason):
         grammar = _PARSERS[spec.kind](spec, text)
     findings = unenforced_findings(spec.kind, text)
+    if findings and text is not spec.text:
+        sent = json.loads(spec.text)
+        findings = tuple(as_written(finding, sent) for finding in findings)
     if findings and unenforced is UnenforcedPolicy.REFUSE:
         raise UnenforcedKeywordError(spec.kind.value, findings)
     return grammar, findings

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+from grammar_guard.core.schema.pointers import join_pointer, resolve_pointer
 from grammar_guard.core.schema.vocabulary import KNOWN_KEYWORDS
 
 
@@ -46,3 +48,24 @@ def iter_labels(findings: Iterable[Finding]) -> Iterator[str]:
         if finding.metric_keyword not in seen:
             seen.add(finding.metric_keyword)
             yield finding.metric_keyword
+
+
+def as_written(finding: Finding, document: Any) -> Finding:
+    """``finding``, found in the rewritten schema, told where the client wrote its cause.
+
+    A ``format`` is rewritten as a ``pattern`` (and, for a host name, a
+    ``maxLength``) that the client never wrote: a keyword the engine would
+    not enforce there is reported as that ``format``, in the client's words.
+    Any other finding already points into ``document`` and is returned as is.
+    """
+    parent, _, keyword = finding.pointer.rpartition("/")
+    node = resolve_pointer(document, parent)
+    if not isinstance(node, dict) or keyword in node or "format" not in node:
+        return finding
+    value = node["format"]
+    return replace(
+        finding,
+        keyword="format",
+        pointer=join_pointer(parent, "format"),
+        value=value if isinstance(value, str) else None,
+    )
