@@ -157,27 +157,33 @@ def _as_compiled(spec: GrammarSpec) -> GrammarSpec:
 def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammarError:
     """The reason that tells the client most about a request no engine serves.
 
-    A schema that is itself wrong is said to be first: in llguidance's words
-    when it proved the schema unsatisfiable (it names the part that allows
-    nothing), else in xgrammar's where it found that (they are the more
-    specific about syntax). Otherwise xgrammar's refusal, which locates each
-    keyword it cannot enforce in the schema.
+    A schema that is itself wrong is said to be first: in xgrammar's words
+    where it found that (they are the more specific, and clients match
+    vLLM's phrases such as "minimum greater than maximum"), else in
+    llguidance's when it proved the schema unsatisfiable. One xgrammar
+    phrase names what the client may not have written ("Schema 'false'",
+    where the rewrite made a ``not`` of everything ``false``): there
+    llguidance's proof, which names the part, comes first. Otherwise
+    xgrammar's refusal, which locates each keyword it cannot enforce.
     """
     xgrammar = refusals.get(EngineName.XGRAMMAR)
     llguidance = refusals.get(EngineName.LLGUIDANCE)
-    if llguidance is not None and _UNSATISFIABLE in llguidance.reason:
-        return llguidance
+    proved_unsatisfiable = llguidance is not None and _UNSATISFIABLE in llguidance.reason
     if xgrammar is not None and not isinstance(xgrammar, UnenforcedKeywordError):
-        return _in_the_clients_words(xgrammar)
+        if _XGRAMMAR_NOTHING not in xgrammar.reason:
+            return xgrammar
+        if not proved_unsatisfiable:
+            return _explained(xgrammar)
+    if proved_unsatisfiable:
+        assert llguidance is not None
+        return llguidance
     if xgrammar is not None:
         return xgrammar
     assert llguidance is not None
     return llguidance
 
 
-def _in_the_clients_words(refusal: InvalidGrammarError) -> InvalidGrammarError:
-    if _XGRAMMAR_NOTHING not in refusal.reason:
-        return refusal
+def _explained(refusal: InvalidGrammarError) -> InvalidGrammarError:
     return InvalidGrammarError(
         f"{refusal.reason} (a part of the schema that a value must match is false, "
         "or a 'not' of every value)"
