@@ -25,6 +25,9 @@ from grammar_guard.core.lark_alternations import widest_rule_alternation
         # Bars and brackets in literals, comments and directives are not the grammar's.
         ('start: "|" "(" /a|b|c|(d)/ // | | |\n%ignore " " | "\\t"', 1),
         ('start: "\\"|" | "b"', 2),
+        # A literal left open ends with its line.
+        ('start: "a | b\nother: "c" | "d"', 2),
+        ('start: /a|b\nother: "c" | "d" | "e"', 3),
         ("", 0),
     ],
 )
@@ -35,3 +38,9 @@ def test_the_widest_alternation_is_counted_in_rules_only(lark: str, widest: int)
 def test_fifty_thousand_alternatives_are_counted() -> None:
     lark = "start: " + "\n     | ".join(f'"w{number}"' for number in range(50_000))
     assert widest_rule_alternation(lark) == 50_000
+
+
+def test_a_line_of_escaped_quotes_is_read_once() -> None:
+    # Read again from each quote, 200,000 of them took minutes (quadratic).
+    assert widest_rule_alternation('start: "' + '\\"' * 200_000) == 1
+    assert widest_rule_alternation("start: /" + "\\/" * 200_000) == 1

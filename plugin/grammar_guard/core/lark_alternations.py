@@ -20,10 +20,13 @@ import re
 # comments and directives (to the end of the line), string and regex
 # literals (their ``|`` and brackets are not the grammar's), the start of a
 # definition (a name and ``:`` at the start of a line), brackets and ``|``.
+# A literal left open runs to the end of its line, and its loop never gives
+# back what it took: a line of escaped quotes is read once, not once from
+# each quote.
 _TOKENS = re.compile(
     r"""
     (?P<skip> //[^\n]* | ^%[^\n]* )
-  | (?P<literal> "(?:[^"\\\n]|\\.)*" | /(?:[^/\\\n]|\\.)+/ )
+  | (?P<literal> "(?:[^"\\\n]|\\.)*+(?:"|\\?$) | /(?:[^/\\\n]|\\.)++(?:/|\\?$) )
   | (?P<definition> ^[?!]?(?P<name>[A-Za-z_]\w*)(?:\.-?\d+)?[ \t]*: )
   | (?P<open> [(\[] )
   | (?P<close> [)\]] )
