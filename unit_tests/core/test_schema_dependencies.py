@@ -285,10 +285,11 @@ REFERENT = {
 @pytest.mark.parametrize(
     ("schema", "engine", "valid", "invalid"),
     [
-        # xgrammar refuses a false subschema: llguidance serves the absent branch.
-        (REQUIRED, EngineName.LLGUIDANCE, '{"a":1,"b":"x"}', '{"a":1}'),
-        (REQUIRED, EngineName.LLGUIDANCE, '{"b":"x"}', '{"a":1,"b":2}'),
-        # A closed object needs none: xgrammar serves it.
+        # The absent branch's false property is left unlisted for xgrammar,
+        # whose objects are closed (xgrammar_rewrite).
+        (REQUIRED, EngineName.XGRAMMAR, '{"a":1,"b":"x"}', '{"a":1}'),
+        (REQUIRED, EngineName.XGRAMMAR, '{"b":"x"}', '{"a":1,"b":2}'),
+        # A closed object needs none.
         (CLOSED_REQUIRED, EngineName.XGRAMMAR, '{"a":1,"b":"x"}', '{"a":1}'),
         (CLOSED_REQUIRED, EngineName.XGRAMMAR, "{}", '{"a":"x","b":"x"}'),
         (
@@ -312,8 +313,8 @@ def test_dependencies_refused_before_are_served_and_enforced(
 
 
 def test_calibration_xgrammar_refuses_a_false_property_schema() -> None:
-    # Why a dependency on an open object goes to llguidance. Should xgrammar
-    # come to read false as "absent", xgrammar could serve those too.
+    # Why xgrammar is given an absent property unlisted rather than false.
+    # Should xgrammar come to read false as "absent", that rewrite can go.
     with pytest.raises(RuntimeError, match="cannot accept any value"):
         compile_schema({"type": "object", "properties": {"a": False}})
     assert accepts_text(compile_schema({"type": "object", "properties": {"a": {}}}), '{"a":1}')

@@ -493,6 +493,71 @@ def test_negations_written_out_accept_exactly_what_the_not_accepts() -> None:
     assert seen["written, some valid"] >= 60 and seen["kept"] >= 30, seen
 
 
+# Combinators: oneOf, not and if over schemas of literals (and some that are not).
+_LITERAL_KEYWORDS = (
+    "type", "required", "minimum", "exclusiveMaximum", "maxLength", "minItems",
+    "minProperties", "title",
+)  # fmt: skip
+_FORBIDDING = st.fixed_dictionaries(
+    {"properties": st.dictionaries(st.sampled_from(_NAMES), st.just(False), min_size=1)}
+)
+
+
+@st.composite
+def _combined_parts(draw: st.DrawFn, depth: int) -> Any:
+    """A schema of literals, sometimes with a keyword that has no complement, or nested."""
+    if depth < 1 and draw(st.integers(0, 3)) == 0:
+        return draw(combinator_schemas(depth + 1))
+    part = draw(_schemas(depth=1, keywords=_LITERAL_KEYWORDS) | _FORBIDDING)
+    if draw(st.integers(0, 5)) == 0:
+        part["pattern"] = draw(_PATTERNS)  # no complement: kept where negated
+    return draw(st.sampled_from((part, True, False))) if draw(st.integers(0, 9)) == 0 else part
+
+
+@st.composite
+def combinator_schemas(draw: st.DrawFn, depth: int = 0) -> dict[str, Any]:
+    """Keywords beside one or more of oneOf, not and if/then/else over literal schemas."""
+    schema = draw(_schemas(depth=1, keywords=(*_LITERAL_KEYWORDS, "properties", "enum")))
+    parts = _combined_parts(depth)
+    chosen = draw(st.lists(st.sampled_from(("oneOf", "not", "if", "anyOf")), min_size=1,
+                           max_size=2, unique=True))  # fmt: skip
+    for keyword in chosen:
+        if keyword in ("oneOf", "anyOf"):
+            schema[keyword] = draw(st.lists(parts, min_size=1, max_size=3))
+        elif keyword == "not":
+            schema["not"] = draw(parts)
+        else:
+            schema["if"] = draw(parts)
+            for branch in draw(st.lists(st.sampled_from(("then", "else")), unique=True)):
+                schema[branch] = draw(parts)
+    return schema
+
+
+def _combinator_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    parts = [schema.get(keyword) for keyword in ("not", "if", "then", "else")]
+    parts += [part for keyword in ("oneOf", "anyOf") for part in schema.get(keyword, [])]
+    nearby = [near(part) for part in parts if isinstance(part, dict)] or [near(schema)]
+    return st.lists(st.one_of(near(schema), *nearby, _EACH_TYPE, _VALUES), min_size=8, max_size=16)
+
+
+def _combinator_outcome(schema: Any, rewritten: Any) -> str:
+    if rewritten is schema:
+        return "kept"
+    if rewritten is False or not set(_COMBINATOR_KEYWORDS) & rewritten.keys():
+        return "written"
+    return "inside"  # rewritten within (a nested part, a format), kept at the top
+
+
+_COMBINATOR_KEYWORDS = ("oneOf", "not", "if")
+
+
+def test_combinators_written_as_any_of_accept_exactly_what_the_combinators_accept() -> None:
+    seen = _run(combinator_schemas(), _combinator_outcome, 400, _combinator_instances)
+    # Not vacuous: many are written, with valid instances for many; some
+    # kept, at the top or everywhere (a pattern negated, an enum beside).
+    assert seen["written, some valid"] >= 60 and seen["inside"] + seen["kept"] >= 100, seen
+
+
 # --- the repository's data --------------------------------------------------------------
 
 
@@ -515,6 +580,8 @@ def test_every_jsonschemabench_schema_the_rewrite_changes_keeps_each_verdict() -
     assert len(changed["any"]) >= 25, changed  # the sample holds allOf, formats and untyped schemas
     # Draft-04 dependencies (WashingtonPost), nots of everything and of a type (Synthesized).
     assert len(changed["dependencies"]) >= 3 and len(changed["not"]) >= 4, changed
+    # A oneOf of required names (Github_easy o6022, WashingtonPost wp_0).
+    assert len(changed["oneOf, if"]) >= 2, changed
 
 
 def test_every_suite_schema_the_rewrite_changes_keeps_each_verdict() -> None:
@@ -522,12 +589,14 @@ def test_every_suite_schema_the_rewrite_changes_keeps_each_verdict() -> None:
     assert len(changed["any"]) >= 100, changed
     # dependentRequired.json, dependentSchemas.json, the optional dependencies-compatibility.json.
     assert len(changed["dependencies"]) >= 13 and len(changed["not"]) >= 5, changed
+    # oneOf.json and if-then-else.json, whose branches are bounds, types and required names.
+    assert len(changed["oneOf, if"]) >= 14, changed
 
 
 def _changed(cases: Iterator[tuple[str, Any, list[Any]]]) -> dict[str, list[str]]:
     """The cases the rewrite changes (each keeping its verdicts), and those where it wrote out
     a ``not`` or a dependency keyword."""
-    changed: dict[str, list[str]] = {"any": [], "not": [], "dependencies": []}
+    changed: dict[str, list[str]] = {"any": [], "not": [], "dependencies": [], "oneOf, if": []}
     for name, schema, instances in cases:
         rewritten = assert_equivalent(schema, instances)
         if rewritten is schema:
@@ -537,6 +606,8 @@ def _changed(cases: Iterator[tuple[str, Any, list[Any]]]) -> dict[str, list[str]
             changed["not"].append(name)
         if _holding(rewritten, _DEPENDENCY_KEYWORDS) < _holding(schema, _DEPENDENCY_KEYWORDS):
             changed["dependencies"].append(name)
+        if _holding(rewritten, ("oneOf", "if")) < _holding(schema, ("oneOf", "if")):
+            changed["oneOf, if"].append(name)
     return changed
 
 

@@ -162,9 +162,11 @@ def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammar
     vLLM's phrases such as "minimum greater than maximum"), else in
     llguidance's when it proved the schema unsatisfiable. One xgrammar
     phrase names what the client may not have written ("Schema 'false'",
-    where the rewrite made a ``not`` of everything ``false``): there
-    llguidance's proof, which names the part, comes first. Otherwise
-    xgrammar's refusal, which locates each keyword it cannot enforce.
+    where the rewrite made a ``not`` of everything ``false``, or an absent
+    property ``false``, which xgrammar cannot build next to patterns):
+    there llguidance's proof, which names the part, comes first, else the
+    keywords llguidance cannot enforce. Otherwise xgrammar's refusal, which
+    locates each keyword it cannot enforce.
     """
     xgrammar = refusals.get(EngineName.XGRAMMAR)
     llguidance = refusals.get(EngineName.LLGUIDANCE)
@@ -172,6 +174,8 @@ def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammar
     if xgrammar is not None and not isinstance(xgrammar, UnenforcedKeywordError):
         if _XGRAMMAR_NOTHING not in xgrammar.reason:
             return xgrammar
+        if isinstance(llguidance, UnenforcedKeywordError):
+            return llguidance
         if not proved_unsatisfiable:
             return _explained(xgrammar)
     if proved_unsatisfiable:

@@ -12,6 +12,7 @@ schema analysis refuses what xgrammar would still silently not enforce.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import re
@@ -27,7 +28,7 @@ from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.schema.capabilities import EngineCapabilities
 from grammar_guard.core.schema.findings import Finding, as_written
 from grammar_guard.core.schema.pointers import join_pointer
-from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text
+from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text, with_children
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
@@ -50,7 +51,11 @@ _JSON_STRING_CHARACTER = r"[^\0-\x1f\"\\\r\n]"
 EBNF_LITERAL_OR_CLASS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 # Goes into the engine fingerprint: a grammar compiled before a rewrite
 # existed must not be loaded from disk by an engine that applies it.
-GRAMMAR_REWRITES = "bounded-string-json-characters"
+GRAMMAR_REWRITES = "bounded-string-json-characters,absent-properties-unlisted"
+# Keywords that let a name an object does not list in: next to them, a
+# property listed as false is not the same as one left out.
+_OPENING_KEYWORDS = frozenset({"patternProperties", "unevaluatedProperties"})
+_REMEMBERED_TEXTS = 32
 # Structural-tag formats whose "json_schema" is a JSON schema xgrammar compiles.
 _SCHEMA_FORMATS = ("json_schema", "qwen_xml_parameter")
 
@@ -92,16 +97,56 @@ def parse_enforced(
 def _enforced_text(spec: GrammarSpec) -> str:
     """The text xgrammar is given for ``spec``: its JSON schemas rewritten, the rest as sent."""
     if spec.kind is RequestKind.JSON_SCHEMA:
-        return rewritten_schema_text(spec.text)
+        return _absent_properties_unlisted_text(rewritten_schema_text(spec.text))
     if spec.kind is RequestKind.STRUCTURAL_TAG:
         tag = json.loads(spec.text)
         changed = False
         for _, holder, key, _ in _tag_schemas(tag):
-            rewritten = rewrite_schema(holder[key])
+            rewritten = absent_properties_unlisted(rewrite_schema(holder[key]))
             changed = changed or rewritten is not holder[key]
             holder[key] = rewritten
         return json.dumps(tag, separators=(",", ":"), ensure_ascii=False) if changed else spec.text
     return spec.text
+
+
+@functools.lru_cache(maxsize=_REMEMBERED_TEXTS)
+def _absent_properties_unlisted_text(text: str) -> str:
+    """:func:`absent_properties_unlisted` of the schema ``text``; ``text`` if unchanged."""
+    if "false" not in text:
+        return text  # the common case, without parsing
+    document = json.loads(text)
+    unlisted = absent_properties_unlisted(document)
+    if unlisted is document:
+        return text
+    return json.dumps(unlisted, separators=(",", ":"), ensure_ascii=False)
+
+
+def absent_properties_unlisted(schema: Any) -> Any:
+    """``schema`` with each property it forbids (``"a": false``) no longer listed.
+
+    xgrammar cannot build a ``false`` subschema ("Schema 'false' cannot
+    accept any value"), which the schema rewrite writes for a property that
+    must be absent. xgrammar closes objects (strict mode), so a property an
+    object does not list is refused, the same as one it lists as ``false``;
+    where something else would let an unlisted name in
+    (``additionalProperties`` other than ``false``, patterns, unevaluated
+    properties) the entry stays. So does a property ``required`` names: no
+    object passes, which xgrammar's own error says.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    node = with_children(schema, "", lambda child, _, __: absent_properties_unlisted(child))
+    properties = node.get("properties")
+    if not isinstance(properties, dict) or not any(v is False for v in properties.values()):
+        return node
+    if node.get("additionalProperties", False) is not False or node.keys() & _OPENING_KEYWORDS:
+        return node
+    required = node.get("required")
+    needed = set(required) if isinstance(required, list) else set()
+    listed = {
+        name: value for name, value in properties.items() if value is not False or name in needed
+    }
+    return {**node, "properties": listed}
 
 
 def unenforced_findings(kind: RequestKind, text: str) -> tuple[Finding, ...]:

@@ -103,7 +103,7 @@ def dependencies_as_any_of(
         for present, (name, needs) in zip(choice, live.items(), strict=True):
             parts += [{"required": [name]}, *needs] if present else [{"properties": {name: False}}]
         branch = conjoin(parts)
-        if branches and (branch is False or _admits_no_object(branch)):
+        if branches and (branch is False or admits_no_object(branch)):
             # On values other than objects a branch only narrows R, and the
             # first one (every trigger absent) is R there: a branch that
             # admits no object adds nothing.
@@ -144,7 +144,7 @@ def _triggers(node: dict[str, Any], rewrite_legacy: RewriteLegacy) -> dict[str, 
     return triggers
 
 
-def _admits_no_object(branch: Any) -> bool:
+def admits_no_object(branch: Any) -> bool:
     """Whether ``branch`` requires a name it forbids (a sufficient test): no object passes it."""
     if not isinstance(branch, dict):
         return False

@@ -44,7 +44,7 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
     """
     if "not" not in node:
         return None
-    own_types = _type_names(node["type"]) if "type" in node else _ALL_TYPES
+    own_types = type_names(node["type"]) if "type" in node else _ALL_TYPES
     if own_types is None or ("enum" in node and not isinstance(node["enum"], list)):
         return None
     rest = {key: value for key, value in node.items() if key != "not"}
@@ -60,7 +60,7 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
         return _nothing(node)
     if not constraints.keys() <= _DECIDED:
         return None
-    if "type" in constraints and _type_names(constraints["type"]) is None:
+    if "type" in constraints and type_names(constraints["type"]) is None:
         return None
     if "enum" in constraints and not isinstance(constraints["enum"], list):
         return None
@@ -95,7 +95,7 @@ def _types_left(
     node: dict[str, Any], rest: dict[str, Any], own_types: tuple[str, ...], negated: Any
 ) -> Any:
     """``rest`` typed with the node's types less the negated ones; None where no names say it."""
-    names = _type_names(negated)
+    names = type_names(negated)
     assert names is not None
     allowed = _kinds(own_types) - _kinds(names)
     left = [name for name in dict.fromkeys(own_types) if TYPE_KINDS[name] <= allowed]
@@ -106,12 +106,25 @@ def _types_left(
     return {**rest, "type": left[0] if len(left) == 1 else left}
 
 
+def types_outside(value: Any) -> tuple[str, ...] | None:
+    """The type names of the values ``"type": value`` rejects; None where no names say them.
+
+    None too for a value that is no ``type`` (an unknown name, an empty list).
+    """
+    names = type_names(value)
+    if names is None:
+        return None
+    allowed = _kinds(_ALL_TYPES) - _kinds(names)
+    left = tuple(name for name in _ALL_TYPES if TYPE_KINDS[name] <= allowed)
+    return left if _kinds(left) == allowed else None
+
+
 def _nothing(node: dict[str, Any]) -> Any:
     """``false``, which accepts nothing; None where the node holds definitions to keep."""
     return None if any(key in node for key in _DEFINITIONS) else False
 
 
-def _type_names(value: Any) -> tuple[str, ...] | None:
+def type_names(value: Any) -> tuple[str, ...] | None:
     """A ``type`` value's names; None if it is not one (an unknown name, an empty list)."""
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not names:

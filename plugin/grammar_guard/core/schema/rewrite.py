@@ -13,6 +13,10 @@ what they leave unenforced read the rewritten schema:
 - the simplest ``not``\\ s written as what they leave: ``false`` for a ``not``
   of everything, the types or the finitely many values left
   (:mod:`~grammar_guard.core.schema.negation`);
+- ``oneOf``, ``not`` and ``if``/``then``/``else`` whose negated parts are
+  literals written out as an ``anyOf`` of branches
+  (:mod:`~grammar_guard.core.schema.boolean_forms`), after the simplest
+  ``not``\\ s;
 - ``dependentRequired``, ``dependentSchemas`` and draft-07 ``dependencies``
   written as an ``anyOf`` with a branch per trigger name absent or present
   (:mod:`~grammar_guard.core.schema.dependencies`), after merging, with the
@@ -45,6 +49,7 @@ from urllib.parse import unquote
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.input_limits import check_json_value
 from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
+from grammar_guard.core.schema.boolean_forms import combinators_as_any_of
 from grammar_guard.core.schema.dependencies import dependencies_as_any_of
 from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.negation import negation_rewritten
@@ -66,7 +71,7 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation,dependencies-any-of:2"
+    "negation,dependencies-any-of:2,combinators-any-of"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -194,7 +199,7 @@ class _Rewrite:
         try:
             result = _counts_as_integers(
                 _format_as_pattern(
-                    _with_children(node, pointer, lambda child, _, where: self.merge(child, where))
+                    with_children(node, pointer, lambda child, _, where: self.merge(child, where))
                 )
             )
             if "allOf" in result and self.movable(pointer):
@@ -206,6 +211,9 @@ class _Rewrite:
                 # node without its `not`.
                 negated = negation_rewritten(result)
                 result = result if negated is None else negated
+                if isinstance(result, dict):
+                    combined = combinators_as_any_of(result, node, self.merger.conjoin)
+                    result = result if combined is None else combined
                 if isinstance(result, dict):
                     written = dependencies_as_any_of(
                         result,
@@ -264,7 +272,7 @@ class _Rewrite:
                 branch=keyword == "allOf",
             )
 
-        result = _with_children(node, pointer or "", child)
+        result = with_children(node, pointer or "", child)
         if movable and not names and not branch:
             split = split_by_type(result)
             result = result if split is None else split
@@ -274,10 +282,10 @@ class _Rewrite:
 
 
 # Rewrites a subschema: (schema, the keyword holding it, its pointer) -> schema.
-_ChildRewrite = Callable[[Any, str, str], Any]
+ChildRewrite = Callable[[Any, str, str], Any]
 
 
-def _with_children(node: dict[str, Any], pointer: str, rewrite: _ChildRewrite) -> dict[str, Any]:
+def with_children(node: dict[str, Any], pointer: str, rewrite: ChildRewrite) -> dict[str, Any]:
     """``node`` with ``rewrite(child, keyword, pointer)`` of each subschema; itself if unchanged."""
     changed: dict[str, Any] = {}
     for keyword, value in node.items():
@@ -287,7 +295,7 @@ def _with_children(node: dict[str, Any], pointer: str, rewrite: _ChildRewrite) -
     return {key: changed.get(key, value) for key, value in node.items()} if changed else node
 
 
-def _rewritten_value(keyword: str, value: Any, pointer: str, rewrite: _ChildRewrite) -> Any:
+def _rewritten_value(keyword: str, value: Any, pointer: str, rewrite: ChildRewrite) -> Any:
     def one(item: Any, *keys: str | int) -> Any:
         return rewrite(item, keyword, join_pointer(pointer, keyword, *keys))
 
