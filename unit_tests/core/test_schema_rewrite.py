@@ -251,6 +251,37 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
     ),
 ]
 
+REWRITTEN += [
+    (
+        "unevaluatedProperties after the merge: what additionalProperties means",
+        {
+            "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}],
+            "unevaluatedProperties": False,
+        },
+        {"properties": {"a": {}, "b": {}}, "additionalProperties": False},
+    ),
+    (
+        "a branch's own unevaluatedProperties refuses what only its neighbour lists",
+        {
+            "allOf": [
+                {"properties": {"a": {}}, "unevaluatedProperties": False},
+                {"properties": {"b": {}}},
+            ]
+        },
+        {"properties": {"a": {}}, "additionalProperties": False},
+    ),
+    (
+        "unevaluatedProperties beside additionalProperties evaluates nothing",
+        {"properties": {"a": {}}, "additionalProperties": True, "unevaluatedProperties": False},
+        {"properties": {"a": {}}, "additionalProperties": True},
+    ),
+    (
+        "unevaluatedItems after prefixItems: what items means",
+        {"type": "array", "prefixItems": [{"type": "integer"}], "unevaluatedItems": False},
+        {"type": "array", "prefixItems": [{"type": "integer"}], "items": False},
+    ),
+]
+
 # (id, schema): left exactly as written, each for the reason its id gives.
 KEPT: list[tuple[str, Any]] = [
     ("no type in common", {"allOf": [{"type": "integer"}, {"type": "string"}]}),
@@ -296,11 +327,16 @@ KEPT: list[tuple[str, Any]] = [
         },
     ),
     (
-        "unevaluatedProperties reads what the branches evaluated",
+        "unevaluatedProperties reads what the anyOf's passing branches evaluated",
         {
-            "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}],
+            "properties": {"a": {}},
+            "anyOf": [{"properties": {"b": {}}}, {"type": "object", "required": ["c"]}],
             "unevaluatedProperties": False,
         },
+    ),
+    (
+        "unevaluatedItems reads the items contains matched",
+        {"prefixItems": [{}], "contains": {"type": "string"}, "unevaluatedItems": False},
     ),
     (
         "an embedded $id",

@@ -558,6 +558,41 @@ def test_combinators_written_as_any_of_accept_exactly_what_the_combinators_accep
     assert seen["written, some valid"] >= 60 and seen["inside"] + seen["kept"] >= 100, seen
 
 
+# Unevaluated keywords: what the merge brings next to them, and what it must not move.
+_UNEVALUATED_FAMILIES = {
+    "unevaluatedProperties": ("type", "properties", "patternProperties", "additionalProperties",
+                              "required", "title"),
+    "unevaluatedItems": ("type", "prefixItems", "items", "contains", "minItems", "title"),
+}  # fmt: skip
+
+
+@st.composite
+def unevaluated_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    """An unevaluated keyword beside keywords of its family, often an allOf of them too."""
+    keyword, family = draw(st.sampled_from(sorted(_UNEVALUATED_FAMILIES.items())))
+    unevaluated = st.booleans() | _schemas(depth=2, keywords=("type", "minimum", "maxLength"))
+    schema = draw(_schemas(depth=1, keywords=family))
+    schema[keyword] = draw(unevaluated)
+    if draw(st.integers(0, 3)):
+        branches = draw(st.lists(_schemas(depth=1, keywords=family), min_size=1, max_size=3))
+        if draw(st.integers(0, 3)) == 0:  # a branch reading its own evaluations
+            branches[0][keyword] = draw(unevaluated)
+        schema["allOf"] = branches
+    if draw(st.integers(0, 4)) == 0:  # an applicator the merge leaves beside it
+        schema["anyOf"] = draw(st.lists(_schemas(depth=1, keywords=family), min_size=1, max_size=2))
+    return {**schema, "$defs": _DEFINITION}
+
+
+def _unevaluated_outcome(schema: Any, rewritten: Any) -> str:
+    kept = isinstance(rewritten, dict) and rewritten.keys() & set(_UNEVALUATED_FAMILIES)
+    return "kept" if kept else "written"
+
+
+def test_unevaluated_keywords_written_as_adjacent_accept_exactly_what_they_accept() -> None:
+    seen = _run(unevaluated_schemas(), _unevaluated_outcome, 300)
+    assert seen["written, some valid"] >= 60 and seen["kept"] >= 20, seen
+
+
 # --- the repository's data --------------------------------------------------------------
 
 

@@ -29,6 +29,8 @@ from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, ST
 # The target of a local reference, already rewritten; None: it cannot be used here.
 Resolver = Callable[[str], Any]
 
+# Keywords that read what other keywords of the same schema evaluated.
+_UNEVALUATED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
 # Keywords combined by keeping the largest (lower bounds) or smallest (upper bounds) value.
 _LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
 _UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"})
@@ -68,7 +70,7 @@ class AllOfMerger:
             return None
         parent = {key: value for key, value in node.items() if key != "allOf"}
         try:
-            merged = self._merge([parent, *branches])
+            merged = self._merge([parent, *branches], parent_reads_annotations=True)
         except _Unmergeable:
             return None
         return merged if isinstance(merged, dict) else None
@@ -87,11 +89,18 @@ class AllOfMerger:
 
     # --- the parts
 
-    def _merge(self, schemas: list[Any]) -> Any:
+    def _merge(self, schemas: list[Any], *, parent_reads_annotations: bool = False) -> Any:
+        """``schemas`` as one; ``parent_reads_annotations``: the first is the parent of the rest.
+
+        A schema with ``unevaluated*`` reads what its neighbours and in-place
+        applicators evaluated, so only a parent may have it: merging its own
+        branches into it keeps what they evaluated, while merging it with a
+        sibling would let that evaluate names for it.
+        """
         self._steps_left -= 1
         if self._steps_left < 0:
             raise MergeTooCostly
-        parts = self._flattened(schemas)
+        parts = self._flattened(schemas, parent_reads_annotations)
         if parts is False:
             return False
         if not parts:
@@ -109,7 +118,9 @@ class AllOfMerger:
                 merged.update(self._group(group, parts))
         return merged
 
-    def _flattened(self, schemas: list[Any]) -> list[dict[str, Any]] | bool:
+    def _flattened(
+        self, schemas: list[Any], parent_reads_annotations: bool
+    ) -> list[dict[str, Any]] | bool:
         """The parts to merge: ``true`` dropped, references replaced by their targets.
 
         False if a part is ``false``. Only the first part keeps its
@@ -119,13 +130,16 @@ class AllOfMerger:
         """
         parts: list[dict[str, Any]] = []
         for index, schema in enumerate(schemas):
-            for part in self._dereferenced(schema):
+            for depth, part in enumerate(self._dereferenced(schema)):
                 if part is False:
                     return False
                 if part is True:
                     continue
                 if not isinstance(part, dict) or "allOf" in part:
                     raise _Unmergeable  # not a schema, or an allOf that could not be merged
+                parent = parent_reads_annotations and index == depth == 0
+                if part.keys() & _UNEVALUATED and not parent:
+                    raise _Unmergeable
                 if index or parts:
                     part = {k: v for k, v in part.items() if k not in STRUCTURAL}
                 parts.append(part)

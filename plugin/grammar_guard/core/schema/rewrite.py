@@ -21,6 +21,9 @@ what they leave unenforced read the rewritten schema:
   written as an ``anyOf`` with a branch per trigger name absent or present
   (:mod:`~grammar_guard.core.schema.dependencies`), after merging, with the
   rest of the schema merged into each branch;
+- ``unevaluatedProperties`` and ``unevaluatedItems`` with no in-place
+  applicator left as ``additionalProperties`` and ``items``
+  (:mod:`~grammar_guard.core.schema.unevaluated`);
 - an untyped schema split by type (:mod:`~grammar_guard.core.schema.untyped`),
   after merging, since merged branches often supply the type;
 - a length or count written as a whole float (``"maxItems": 2.0``) written as
@@ -33,8 +36,13 @@ cannot be shown, the construct stays as written and is refused or routed as
 before. Moving a subschema is only safe where nothing refers into it, so a
 schema that a ``$ref`` points inside of is never restructured, and a
 document whose references are not plain local JSON pointers (anchors,
-``$id``\\ s, dynamic references) or that reads annotations across subschemas
-(``unevaluated*``) only gets its formats rewritten.
+``$id``\\ s, dynamic references) only gets its formats rewritten. A schema
+with ``unevaluated*`` reads what its in-place applicators evaluated: only
+its own ``allOf`` is merged into it (which keeps that), never it into
+another schema; with no applicator left it is written as the adjacent
+keywords (:mod:`~grammar_guard.core.schema.unevaluated`). In a document
+holding one, no ``anyOf`` of branches is written: the branches leave out
+keywords that constrain nothing, and may evaluate names it reads.
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ from grammar_guard.core.schema.dependencies import dependencies_as_any_of
 from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
+from grammar_guard.core.schema.unevaluated import KEYWORDS as UNEVALUATED
+from grammar_guard.core.schema.unevaluated import unevaluated_as_adjacent
 from grammar_guard.core.schema.untyped import split_by_type
 from grammar_guard.core.schema.values import count_values
 from grammar_guard.core.schema.vocabulary import (
@@ -71,7 +81,7 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation,dependencies-any-of:2,combinators-any-of"
+    "negation,dependencies-any-of:2,combinators-any-of,unevaluated-as-adjacent"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -95,8 +105,6 @@ _PLACE_BOUND = frozenset(
         "$dynamicRef",
         "$recursiveAnchor",
         "$recursiveRef",
-        "unevaluatedProperties",
-        "unevaluatedItems",
     }
 )
 # Where a schema keeps definitions: the merges keep a parent's in place, so
@@ -164,6 +172,12 @@ class _Rewrite:
     def __init__(self, document: Any) -> None:
         self.document = document
         self.pinned = _pinned_pointers(document)
+        # Where something reads what its neighbours evaluated, no anyOf is
+        # written from branches: they drop keywords that constrain nothing
+        # but evaluate names (``"properties": {"c": true}``).
+        self.branches_allowed = not any(
+            node.keys() & set(UNEVALUATED) for node, _ in _schemas(document)
+        )
         self.merger = AllOfMerger(self.resolve, _MAX_MERGES)
         self.merged: dict[str, Any] = {}
         self.in_progress: set[str] = set()
@@ -211,10 +225,10 @@ class _Rewrite:
                 # node without its `not`.
                 negated = negation_rewritten(result)
                 result = result if negated is None else negated
-                if isinstance(result, dict):
+                if isinstance(result, dict) and self.branches_allowed:
                     combined = combinators_as_any_of(result, node, self.merger.conjoin)
                     result = result if combined is None else combined
-                if isinstance(result, dict):
+                if isinstance(result, dict) and self.branches_allowed:
                     written = dependencies_as_any_of(
                         result,
                         node,
@@ -224,6 +238,9 @@ class _Rewrite:
                         ),
                     )
                     result = result if written is None else written
+                if isinstance(result, dict):
+                    adjacent = unevaluated_as_adjacent(result)
+                    result = result if adjacent is None else adjacent
         finally:
             self.in_progress.discard(pointer)
         self.merged[pointer] = result
