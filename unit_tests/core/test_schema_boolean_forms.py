@@ -126,6 +126,24 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
         {"type": ["boolean", "object", "array", "string"]},
     ),
     (
+        "an anyOf beside keywords that constrain: each branch gets them (xgrammar reads it alone)",
+        {
+            **NUMBERS,
+            "required": ["a"],
+            "anyOf": [{"properties": {"b": {"minimum": 1}}}, {"required": ["b"]}],
+        },
+        {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {"a": {"type": "number"}, "b": {"type": "number", "minimum": 1}},
+                    "required": ["a"],
+                },
+                {**NUMBERS, "required": ["a", "b"]},
+            ]
+        },
+    ),
+    (
         "annotations and definitions stay beside the anyOf",
         {
             "title": "t",
@@ -160,6 +178,7 @@ KEPT: list[tuple[str, Any]] = [
     ("a reference beside", {"$defs": {"n": {}}, "$ref": "#/$defs/n", "not": {"minimum": 2}}),
     ("a malformed type", {"type": "integr", "not": {"minimum": 2}}),
     ("an if alone constrains nothing", {"if": {"minimum": 2}}),
+    ("an anyOf alone is what the engines read", {"anyOf": [{"required": ["a"]}, {"minimum": 2}]}),
     (
         "more branches than the bound",
         {"oneOf": [{"required": [name, name.upper()]} for name in "abcde"]},
@@ -215,7 +234,8 @@ def test_what_no_exact_rewrite_exists_for_is_left_as_written(schema: Any) -> Non
     # Kept at the top; what it holds may still be rewritten (an untyped bound split by type).
     rewritten = assert_equivalent(schema, INSTANCES)
     assert isinstance(rewritten, dict)
-    assert rewritten.keys() & {"oneOf", "not", "if"} == schema.keys() & {"oneOf", "not", "if"}
+    combinators = {"oneOf", "not", "if", "anyOf"}
+    assert rewritten.keys() & combinators == schema.keys() & combinators
 
 
 # --- the engines serve what they refused before ------------------------------------------

@@ -120,20 +120,27 @@ _Term = tuple[_Literal, ...]
 def combinators_as_any_of(
     node: dict[str, Any], written: Any, conjoin: Conjoin
 ) -> dict[str, Any] | bool | None:
-    """``node`` with its ``oneOf``, ``not`` and ``if`` written as an ``anyOf``; None if not exact.
+    """``node`` with ``oneOf``, ``not``, ``if`` and ``anyOf`` as one ``anyOf``; None if not exact.
+
+    An ``anyOf`` alone is left as it is, and written out only with keywords
+    that constrain beside it, which go into each of its branches.
 
     ``written`` is the node as the client wrote it: the result may be at
     most about twice its size. ``False`` when no value is left.
     """
-    if not any(keyword in node for keyword in KEYWORDS) or node.keys() & _EXCLUSIVE:
+    if node.keys() & _EXCLUSIVE:
         return None
     if "type" in node and type_names(node["type"]) is None:
         return None  # a malformed type, for the engine to report rather than a rewrite to hide
-    if "if" in node and not can_fail("if", node["if"], node):
-        return None  # an if without then or else: nothing to write, the analysis drops it
     formula = {key: node[key] for key in _COMBINATORS if key in node}
     beside = {k: v for k, v in node.items() if k not in _COMBINATORS and _neutral(k)}
     rest = {k: v for k, v in node.items() if k not in _COMBINATORS and not _neutral(k)}
+    combines = {key for key, value in formula.items() if can_fail(key, value, node)}
+    # An anyOf alone is what the engines read; beside keywords that constrain,
+    # xgrammar would read it alone.
+    constrained = any(can_fail(key, value, node) for key, value in rest.items())
+    if not combines & set(KEYWORDS) and not ("anyOf" in combines and constrained):
+        return None  # nothing to write (an if without then or else constrains nothing)
     try:
         terms = _terms(formula, True, [()])
     except _Inexpressible:
