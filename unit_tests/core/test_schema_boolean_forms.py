@@ -144,6 +144,11 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
         },
     ),
     (
+        "a branch of another type than the node's is no value: left out",
+        {"type": "string", "pattern": "^[0-9]*$", "anyOf": [{"type": "null"}, {"maxLength": 0}]},
+        {"type": "string", "pattern": "^[0-9]*$", "maxLength": 0},
+    ),
+    (
         "annotations and definitions stay beside the anyOf",
         {
             "title": "t",

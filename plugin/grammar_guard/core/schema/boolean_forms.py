@@ -145,8 +145,11 @@ def combinators_as_any_of(
         terms = _terms(formula, True, [()])
     except _Inexpressible:
         return None
+    rest_kinds = _kinds_of(rest) or _ALL_KINDS
     branches: dict[str, Any] = {}
     for term in terms:
+        if not _term_kinds(term) & rest_kinds:
+            continue  # no type in common with the rest of the node: no value
         branch = _without_empty_types(conjoin([rest, *(schema for _, _, schema in term)]))
         if isinstance(branch, dict) and "allOf" in branch:
             return None  # the parts do not merge into one schema
