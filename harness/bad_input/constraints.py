@@ -132,10 +132,16 @@ def _unsupported_keywords() -> list[Case]:
             "'uniqueItems' at /uniqueItems",
         ),
         _not_enforceable("schema-not", {"not": {"type": "integer"}}, "'not' at /not"),
+        # A condition with no complement the engines know (a pattern) stays refused;
+        # one of bounds is written out as branches and served.
         _not_enforceable(
             "schema-if-then",
-            {"type": "string", "if": {"maxLength": 1}, "then": {"pattern": "^a$"}},
+            {"type": "string", "if": {"pattern": "^a"}, "then": {"maxLength": 1}},
             "'if' at /if, 'then' at /then",
+        ),
+        schema_constrained(
+            "schema-if-then-bounds",
+            {"type": "string", "if": {"maxLength": 1}, "then": {"pattern": "^a$"}},
         ),
         # xgrammar would drop the maxLength; llguidance enforces both.
         schema_constrained(
