@@ -18,6 +18,7 @@ from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
 from grammar_guard.core.errors import UnenforcedKeywordError
 from grammar_guard.core.routing import EngineName, RoutedEngine, route
 from grammar_guard.core.schema.analysis import analyze
+from grammar_guard.core.schema.rewrite import rewrite_schema
 from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
 from grammar_guard.core.xgrammar_rewrite import absent_properties_unlisted
 
@@ -241,6 +242,18 @@ def test_what_no_exact_rewrite_exists_for_is_left_as_written(schema: Any) -> Non
     assert isinstance(rewritten, dict)
     combinators = {"oneOf", "not", "if", "anyOf"}
     assert rewritten.keys() & combinators == schema.keys() & combinators
+
+
+def test_request_sized_combinators_are_read_within_bounds() -> None:
+    # Each oneOf branch is read once per other branch, and each literal joins
+    # every term: without bounds a 2,000-branch oneOf took longer than a
+    # request waits. Past them the node is kept (and refused) as written.
+    many_branches = {"type": "object", "oneOf": [{"required": [f"n{i}"]} for i in range(2000)]}
+    assert rewrite_schema(many_branches)["oneOf"] == many_branches["oneOf"]
+    many_names = {"not": {"type": "object", "required": [f"n{i}" for i in range(20000)]}}
+    assert "not" in rewrite_schema(many_names)
+    long_any_of = {"minProperties": 1, "anyOf": [{"required": [f"n{i}"]} for i in range(5000)]}
+    assert rewrite_schema(long_any_of)["anyOf"] == long_any_of["anyOf"]
 
 
 # --- the engines serve what they refused before ------------------------------------------

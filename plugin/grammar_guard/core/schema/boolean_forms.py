@@ -51,6 +51,7 @@ MAX_BRANCHES = 16
 # Terms while reading: several often merge into one branch (an object lacking
 # a name, and one whose properties forbid it), so more are read than written.
 _MAX_TERMS = 64
+_MAX_LITERALS = 64  # in one term
 # Keywords xgrammar reads alone: a node holding one is left as written.
 _EXCLUSIVE = frozenset({"$ref", "$dynamicRef", "const", "enum", "allOf"})
 # The combinators this module writes out, and the keywords read with them.
@@ -186,7 +187,7 @@ def _terms(schema: Any, positive: bool, within: list[_Term]) -> list[_Term]:
         for part in parts:
             within = _part_terms(part, True, within)
         return within
-    return _or([_part_terms(part, False, within) for part in parts])
+    return _or(_part_terms(part, False, within) for part in parts)
 
 
 def _parts(schema: dict[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -239,13 +240,14 @@ def _part_terms(part: tuple[str, Any], positive: bool, within: list[_Term]) -> l
     if kind == "oneOf":
         return _exactly_one(value, within) if positive else _not_exactly_one(value, within)
     if (kind == "anyOf") == positive:  # anyOf, or a negated allOf: any one holds
-        return _or([_terms(branch, positive, within) for branch in value])
+        return _or(_terms(branch, positive, within) for branch in value)
     for branch in value:
         within = _terms(branch, positive, within)
     return within
 
 
 def _exactly_one(branches: list[Any], within: list[_Term]) -> list[_Term]:
+    _check_count(branches)
     alternatives = []
     for chosen, branch in enumerate(branches):
         terms = _terms(branch, True, within)
@@ -257,6 +259,7 @@ def _exactly_one(branches: list[Any], within: list[_Term]) -> list[_Term]:
 
 
 def _not_exactly_one(branches: list[Any], within: list[_Term]) -> list[_Term]:
+    _check_count(branches)
     none = within
     for branch in branches:
         none = _terms(branch, False, none)
@@ -267,14 +270,23 @@ def _not_exactly_one(branches: list[Any], within: list[_Term]) -> list[_Term]:
     return _or([none, *pairs])
 
 
-def _or(alternatives: list[list[_Term]]) -> list[_Term]:
-    """The terms of all ``alternatives``, each once; past :data:`MAX_BRANCHES`, inexpressible."""
+def _check_count(branches: list[Any]) -> None:
+    """A oneOf reads each branch once per other branch: past the bound, inexpressible."""
+    if len(branches) > MAX_BRANCHES:
+        raise _Inexpressible
+
+
+def _or(alternatives: Iterable[list[_Term]]) -> list[_Term]:
+    """The terms of all ``alternatives``, each once; past :data:`_MAX_TERMS`, inexpressible.
+
+    ``alternatives`` is read lazily: a long ``anyOf`` stops being read at the bound.
+    """
     terms: dict[frozenset[tuple[str, bool]], _Term] = {}
     for alternative in alternatives:
         for term in alternative:
             terms.setdefault(frozenset((i, n) for i, n, _ in term), term)
-    if len(terms) > _MAX_TERMS:
-        raise _Inexpressible
+            if len(terms) > _MAX_TERMS:
+                raise _Inexpressible
     # A term holding all of another's literals adds nothing to it (A or A and B is A).
     return [term for key, term in terms.items() if not any(other < key for other in terms)]
 
@@ -290,6 +302,8 @@ def _joined(within: list[_Term], literal: _Literal) -> list[_Term]:
     kinds = _kinds_of(schema)
     joined = []
     for term in within:
+        if len(term) >= _MAX_LITERALS:
+            raise _Inexpressible  # each join reads the term: bounded, or quadratic in the request
         held = {(i, n) for i, n, _ in term}
         if (identity, not negated) in held:
             continue
@@ -327,13 +341,15 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
     property forbidden is exactly the complement of the name required, and
     is written as that, so that the two are seen to exclude each other.
     """
-    identity = f"{key}={json.dumps(value, sort_keys=True)}"
     if key == "type":
         outside = types_outside(value)
         if outside is None:
             return None
         complement = {"type": list(outside)} if outside else False
-        return [(identity, False, {key: value}, complement)]
+        return [(_identity(key, value), False, {key: value}, complement)]
+    names = value if key in ("required", "properties") and isinstance(value, list | dict) else ()
+    if len(names) > _MAX_LITERALS:
+        return None  # one literal a name: past the bound, the keyword is kept whole
     if key == "required" and isinstance(value, list) and all(isinstance(n, str) for n in value):
         return [
             (_required(name), False, {key: [name]}, _object({"properties": {name: False}}))
@@ -358,13 +374,17 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
         ]
     if key in _BOUNDS and is_number(value):
         kind, opposite = _BOUNDS[key]
-        return [(identity, False, {key: value}, {"type": kind, opposite: value})]
+        return [(_identity(key, value), False, {key: value}, {"type": kind, opposite: value})]
     if key in _COUNTS and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         kind, opposite, shift = _COUNTS[key]
         bound = value + shift
         complement = {"type": kind, opposite: bound} if bound >= 0 else False
-        return [(identity, False, {key: value}, complement)]
+        return [(_identity(key, value), False, {key: value}, complement)]
     return None
+
+
+def _identity(key: str, value: Any) -> str:
+    return f"{key}={json.dumps(value, sort_keys=True)}"
 
 
 def _required(name: str) -> str:
