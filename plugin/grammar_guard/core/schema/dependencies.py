@@ -103,14 +103,17 @@ def dependencies_as_any_of(
         for present, (name, needs) in zip(choice, live.items(), strict=True):
             parts += [{"required": [name]}, *needs] if present else [{"properties": {name: False}}]
         branch = conjoin(parts)
-        if branches and (branch is False or admits_no_object(branch)):
+        if branch is False or (admits_no_object(branch) and (branches or _objects_only(branch))):
             # On values other than objects a branch only narrows R, and the
             # first one (every trigger absent) is R there: a branch that
-            # admits no object adds nothing.
+            # admits no object adds nothing, nor does the first where R
+            # admits objects only (an engine would refuse it as written).
             continue
         if not isinstance(branch, dict) or "allOf" in branch:
             return None  # the parts do not merge into one schema
         branches.append(branch)
+    if not branches:
+        return None  # no object meets it: left for the engines to say so
     result = {**beside, **branches[0]} if len(branches) == 1 else {**beside, "anyOf": branches}
     limit = _GROWTH * count_values(written, _MAX_COUNTED) + _GROWTH_SLACK
     return result if count_values(result, limit) <= limit else None
@@ -159,6 +162,10 @@ def admits_no_object(branch: Any) -> bool:
         for name in required
         if isinstance(name, str)
     )
+
+
+def _objects_only(branch: dict[str, Any]) -> bool:
+    return branch.get("type") in ("object", ["object"])
 
 
 def _self_contained(schema: Any) -> bool:
