@@ -53,6 +53,11 @@ def _allowed(matcher: LLGuidanceMatcher, token: str) -> bool:
 
 
 OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+# An object whose oneOf branch brings a property of its own, which it requires.
+KIND_BRANCH = {
+    **OBJECT,
+    "oneOf": [{"properties": {"kind": {"const": "k"}}, "required": ["kind"]}],
+}
 
 
 @pytest.mark.parametrize(
@@ -250,6 +255,10 @@ def test_a_complete_output_is_terminated_only_by_its_stop_token(
             '{"a":1,"b":2}',
             True,
         ),
+        # a name a oneOf branch lists or requires is listed too, and no other
+        (KIND_BRANCH, '{"a":1,"kind":"k"}', True),
+        (KIND_BRANCH, '{"a":1}', False),
+        (KIND_BRANCH, '{"a":1,"kind":"k","c":3}', False),
     ],
 )
 def test_json_objects_are_closed_where_xgrammar_closes_them(
@@ -287,10 +296,14 @@ def test_a_refused_token_leaves_the_matcher_where_it_was(
 
 
 def test_a_pattern_whose_whitespace_class_llguidance_reads_narrower_is_refused() -> None:
-    # ECMA-262's \s includes U+FEFF, Rust's (llguidance's) does not: \S would let it through.
-    spec = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^\\S$"})
+    # ECMA-262's \s includes U+FEFF, Rust's (llguidance's) does not: \S would
+    # let it through. Written out where it can be (schema/ecma_whitespace.py);
+    # inside a class it cannot.
+    spec = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^[a\\S]$"})
     with pytest.raises(UnenforcedKeywordError, match="'pattern' at /pattern"):
         LLGuidanceEngine.check(spec)
+    written = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^\\S$"})
+    assert LLGuidanceEngine.check(written) == ()
     plain = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": "^[a-z]+$"})
     assert LLGuidanceEngine.check(plain) == ()
 

@@ -7,12 +7,12 @@ schema is first written in the equivalent form both engines enforce
 one, where llguidance's own are loose), and what it still loosens is found
 on that form. The rewrites of llguidance's own make a request mean the same
 whichever engine serves it: objects and tuples closed where xgrammar closes
-them, regex digit and word classes read as ASCII, ``patternProperties``
-that only name listed properties folded
-(:mod:`grammar_guard.core.listed_patterns`). The
-JSON-Schema compiler is strict: a keyword it does not implement, or a
-``format`` it does not know, is an error, never a silently dropped
-constraint; only the warn policy makes it lenient.
+them (:mod:`grammar_guard.core.closed_objects`), regex digit and word classes
+read as ASCII, ``patternProperties`` that only name listed properties folded
+(:mod:`grammar_guard.core.listed_patterns`). The JSON-Schema compiler is
+strict: a keyword it does not implement, or a ``format`` it does not know,
+is an error, never a silently dropped constraint; only the warn policy makes
+it lenient.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import llguidance
 
+from grammar_guard.core.closed_objects import closed_like_xgrammar
 from grammar_guard.core.engine_common import invalid_spec, invalid_spec_on_error
 from grammar_guard.core.errors import (
     InvalidGrammarError,
@@ -39,9 +40,6 @@ from grammar_guard.core.schema.pointers import join_pointer
 from grammar_guard.core.schema.regex_scan import pattern_problems
 from grammar_guard.core.schema.rewrite import rewritten_schema_text
 from grammar_guard.core.schema.vocabulary import (
-    SCHEMA_LISTS,
-    SCHEMA_MAPS,
-    SCHEMA_VALUES,
     subschemas,
 )
 from grammar_guard.core.settings import UnenforcedPolicy
@@ -53,9 +51,9 @@ _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
 # The most items a row of llguidance's parser holds (lark_alternations.py).
 _ROW_ITEMS = llguidance.LLParserLimits().max_items_in_row
 # Goes into the fingerprint: a grammar stored before one of these rewrites
-# existed (listed_patterns.py, required names listed when closing) must not
-# be loaded by an engine that applies it.
-GRAMMAR_REWRITES = "listed-pattern-properties-folded,required-names-listed"
+# existed (listed_patterns.py, required and branch names listed when closing,
+# closed_objects.py) must not be loaded by an engine that applies it.
+GRAMMAR_REWRITES = "listed-pattern-properties-folded,required-names-listed,branch-names-listed"
 
 
 class EngineDoesNotSupport(InvalidGrammarError):
@@ -162,55 +160,6 @@ def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
     return str(llguidance.LLMatcher.grammar_from_json_schema(json.dumps(closed), overrides=options))
 
 
-def closed_like_xgrammar(schema: Any) -> Any:
-    """``schema`` with objects and tuples closed where xgrammar's strict mode closes them.
-
-    xgrammar (as grammar-guard runs it) allows no property beyond those an
-    object schema lists, and no item beyond a tuple's ``prefixItems``, unless
-    the schema says otherwise; llguidance follows JSON Schema and allows
-    them. Closed the same way, a request gets the same output language
-    whichever engine serves it, and a weak model cannot pad an object with
-    invented keys. A name the object ``required`` but did not list is listed
-    as any value: the schema names it, so it is not invented, and closing it
-    out would leave no object at all (xgrammar refuses such a schema). The
-    members of an ``allOf``, and a schema next to one, are left open:
-    closing them would forbid the properties the other members add.
-    """
-    return _closed(schema, in_all_of=False)
-
-
-def _closed(node: Any, *, in_all_of: bool) -> Any:
-    if not isinstance(node, dict):
-        return node
-    result = {key: _closed_child(key, value) for key, value in node.items()}
-    if not in_all_of and "allOf" not in node:
-        if "properties" in node and not _OPENING_OBJECT_KEYWORDS & node.keys():
-            result["additionalProperties"] = False
-            result["properties"] = _with_required_listed(result["properties"], node.get("required"))
-        if "prefixItems" in node and not _OPENING_ARRAY_KEYWORDS & node.keys():
-            result["items"] = False
-    return result
-
-
-def _with_required_listed(properties: Any, required: Any) -> Any:
-    """``properties`` with each name of ``required`` it lacks added as any value (``{}``)."""
-    if not isinstance(properties, dict) or not isinstance(required, list):
-        return properties
-    missing = [name for name in required if isinstance(name, str) and name not in properties]
-    return {**properties, **{name: {} for name in missing}} if missing else properties
-
-
-def _closed_child(keyword: str, value: Any) -> Any:
-    if keyword in SCHEMA_MAPS and isinstance(value, dict):
-        return {name: _closed(item, in_all_of=False) for name, item in value.items()}
-    if keyword in SCHEMA_LISTS and isinstance(value, list):
-        in_all_of = keyword == "allOf"
-        return [_closed(item, in_all_of=in_all_of) for item in value]
-    if keyword in SCHEMA_VALUES:
-        return _closed(value, in_all_of=False)
-    return value  # a value (enum, const, default...), not a schema
-
-
 # Formats llguidance 1.7 accepts values of that the format forbids, found by
 # the JSON-Schema-Test-Suite (benchmarks/coverage): refused like the keywords
 # it does not implement, so that no constraint is silently loosened.
@@ -229,8 +178,6 @@ _PATTERNS = PatternSupport(
     unicode_whitespace=False,
     escapes_json_specials=True,
 )
-_OPENING_OBJECT_KEYWORDS = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
-_OPENING_ARRAY_KEYWORDS = {"items", "additionalItems", "unevaluatedItems"}
 
 
 def _regex(regex: str) -> str:
