@@ -17,12 +17,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import llguidance
 import pytest
-from unit_tests.conftest import COMPACT, EOS
+from unit_tests.conftest import COMPACT
+from unit_tests.llguidance_acceptance import byte_llguidance, llguidance_accepts
 from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisations
 
-from grammar_guard.core.llguidance_engine import LLGuidanceCompiled, LLGuidanceEngine
 from grammar_guard.core.schema.capabilities import PatternSupport
 from grammar_guard.core.schema.formats import (
     FORMAT_MAX_LENGTHS,
@@ -225,44 +224,15 @@ def test_xgrammar_agrees_with_the_suite(name: str) -> None:
     assert _wrong(name, expected, accepts) == []
 
 
-class _ByteVocabulary:
-    """One token per byte, and EOS, as llguidance reads a tokenizer (conftest's shape)."""
-
-    def __init__(self) -> None:
-        self.tokens = [bytes([byte]) for byte in range(256)] + [EOS.encode()]
-        self.eos_token_id = 256
-        self.bos_token_id = None
-        self.special_token_ids = [self.eos_token_id]
-        self.is_tokenizer_wrapper = True
-
-    def __call__(self, text: str) -> list[int]:
-        return list(text.encode())
-
-
-@pytest.fixture(scope="module")
-def byte_llguidance() -> LLGuidanceEngine:
-    return LLGuidanceEngine(llguidance.LLTokenizer(_ByteVocabulary()))
-
-
-def _llguidance_accepts(engine: LLGuidanceEngine, compiled: LLGuidanceCompiled, text: str) -> bool:
-    matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
-    if not all(matcher.accept_token(byte) for byte in text.encode()):
-        return False
-    return matcher.accept_token(_ByteVocabulary().eos_token_id) and matcher.is_terminated()
-
-
 @pytest.mark.parametrize("name", FORMATS)
-def test_llguidance_agrees_with_the_suite(byte_llguidance: LLGuidanceEngine, name: str) -> None:
+def test_llguidance_agrees_with_the_suite(name: str) -> None:
     spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, _schema(name), COMPACT)
-    compiled = byte_llguidance.compile(spec)
+    compiled = byte_llguidance().compile(spec)
     instances = suite_instances(name)
     expected = {instance: instance.enforced_valid for instance in instances}
     # A non-ASCII character may come raw or \u-escaped; either spelling counts.
     accepts = {
-        instance: any(
-            _llguidance_accepts(byte_llguidance, compiled, text)
-            for text in serialisations(instance.value)
-        )
+        instance: any(llguidance_accepts(compiled, text) for text in serialisations(instance.value))
         for instance in instances
     }
     assert _wrong(name, expected, accepts) == []

@@ -25,6 +25,7 @@ import copy
 import functools
 import json
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -56,14 +57,30 @@ PROPERTIES = settings(
 # --- the oracle -------------------------------------------------------------------------
 
 
+# ECMA-262's \s: WhiteSpace (TAB, VT, FF, ZWNBSP and every Space_Separator)
+# and LineTerminator (LF, CR, LS, PS). Python's \s differs: it holds U+001C
+# to U+001F and U+0085, and not U+FEFF.
+_ECMA_SPACE = re.escape(
+    "\t\x0b\x0c\ufeff\n\r\u2028\u2029"
+    + "".join(chr(code) for code in range(0x10000) if unicodedata.category(chr(code)) == "Zs")
+)
+
+
 @functools.lru_cache(maxsize=1024)
 def _ecma(pattern: str) -> re.Pattern[str]:
-    """``pattern`` for Python's ``re`` with ECMA-262's ``$``: the end of the string only."""
+    """``pattern`` for Python's ``re``, with ECMA-262's ``$`` (the very end) and ``\\s``.
+
+    ``\\S`` inside a class keeps Python's reading: no Python class subtracts.
+    """
     out: list[str] = []
     escaped = in_class = False
     for char in pattern:
         if escaped:
             escaped = False
+            if char == "s" or (char == "S" and not in_class):
+                out.pop()
+                negation = "^" if char == "S" else ""
+                char = _ECMA_SPACE if in_class else f"[{negation}{_ECMA_SPACE}]"
         elif char == "\\":
             escaped = True
         elif in_class:

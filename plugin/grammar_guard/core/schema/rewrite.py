@@ -26,6 +26,9 @@ what they leave unenforced read the rewritten schema:
   (:mod:`~grammar_guard.core.schema.unevaluated`);
 - an untyped schema split by type (:mod:`~grammar_guard.core.schema.untyped`),
   after merging, since merged branches often supply the type;
+- ECMA-262's ``\\s`` and ``\\S`` in a ``pattern`` or a ``patternProperties`` name
+  written as the classes they stand for, Unicode spaces included
+  (:mod:`~grammar_guard.core.schema.ecma_whitespace`);
 - a length or count written as a whole float (``"maxItems": 2.0``) written as
   the integer it is, which is all the engines take.
 
@@ -59,6 +62,7 @@ from grammar_guard.core.input_limits import check_json_value
 from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
 from grammar_guard.core.schema.boolean_forms import combinators_as_any_of
 from grammar_guard.core.schema.dependencies import dependencies_as_any_of
+from grammar_guard.core.schema.ecma_whitespace import WHITESPACE_MEMBERS, whitespace_written_out
 from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
@@ -81,7 +85,8 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation,dependencies-any-of:2,combinators-any-of,unevaluated-as-adjacent"
+    "negation,dependencies-any-of:2,combinators-any-of,unevaluated-as-adjacent,"
+    "ecma-whitespace-written"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -151,6 +156,7 @@ def _version() -> str:
     digest = hashlib.sha256()
     for name in DEFINED_FORMATS:
         digest.update(f"{name}={format_pattern(name)},{format_max_length(name)}\n".encode())
+    digest.update(WHITESPACE_MEMBERS.encode())
     return f"{_RULES}:{digest.hexdigest()[:16]}"
 
 
@@ -211,10 +217,12 @@ class _Rewrite:
             raise _TooDeep
         self.in_progress.add(pointer)
         try:
-            result = _counts_as_integers(
-                _format_as_pattern(
-                    with_children(node, pointer, lambda child, _, where: self.merge(child, where))
-                )
+            children = with_children(
+                node, pointer, lambda child, _, where: self.merge(child, where)
+            )
+            result = _patterns_whitespace_written(
+                _counts_as_integers(_format_as_pattern(children)),
+                keys_movable=self.movable(pointer),
             )
             if "allOf" in result and self.movable(pointer):
                 merged = self.merger.merge(result)
@@ -359,6 +367,24 @@ def _format_as_pattern(node: dict[str, Any]) -> dict[str, Any]:
         for key, value in node.items()
     }
     return {**rewritten, **bound}
+
+
+def _patterns_whitespace_written(node: dict[str, Any], *, keys_movable: bool) -> dict[str, Any]:
+    """``pattern`` and ``patternProperties`` with ECMA-262's ``\\s`` written out.
+
+    A ``patternProperties`` key is a pattern too, and also a step of the
+    pointers into it: renamed only where nothing refers inside the schema.
+    """
+    changed: dict[str, Any] = {}
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and (written := whitespace_written_out(pattern)) is not None:
+        changed["pattern"] = written
+    patterns = node.get("patternProperties")
+    if keys_movable and isinstance(patterns, dict):
+        renamed = {(whitespace_written_out(key) or key): value for key, value in patterns.items()}
+        if len(renamed) == len(patterns) and renamed.keys() != patterns.keys():
+            changed["patternProperties"] = renamed
+    return {**node, **changed} if changed else node
 
 
 def _counts_as_integers(node: dict[str, Any]) -> dict[str, Any]:
