@@ -10,6 +10,8 @@ from grammar_guard.core.closed_objects import closed_like_xgrammar
 
 LISTED = {"properties": {"a": {"type": "integer"}}}
 KIND = {"properties": {"kind": {"const": "k"}}, "required": ["kind"]}
+WIN = {"properties": {"win": {}}, "required": ["win"]}
+LOSE = {"properties": {"lose": {}}, "required": ["lose"]}
 
 
 @pytest.mark.parametrize(
@@ -44,6 +46,25 @@ KIND = {"properties": {"kind": {"const": "k"}}, "required": ["kind"]}
         ({"enum": [{"b": 1}], "anyOf": [{"properties": {"c": False}}]}, None),
         # and neither are the branches of an allOf's member
         ({"allOf": [{"anyOf": [KIND]}, LISTED]}, None),
+        # nothing below a oneOf, a not or an if is narrowed, nor what a $ref there names,
+        ({"type": "object", "oneOf": [LISTED, KIND]}, None),
+        # but where each closed oneOf branch lacks a name every other one requires
+        (
+            {"required": ["id"], "oneOf": [WIN, LOSE]},
+            {
+                "required": ["id"],
+                "oneOf": [
+                    {**WIN, "properties": {"win": {}, "id": {}}, "additionalProperties": False},
+                    {**LOSE, "properties": {"lose": {}, "id": {}}, "additionalProperties": False},
+                ],
+            },
+        ),
+        ({"required": ["id"], "oneOf": [WIN, {**LOSE, "required": ["id"]}]}, None),
+        (
+            {"properties": {"x": {"not": LISTED}}},
+            {"properties": {"x": {"not": LISTED}}, "additionalProperties": False},
+        ),
+        ({"$defs": {"listed": LISTED}, "oneOf": [{"$ref": "#/$defs/listed"}, KIND]}, None),
         # branches of an object that names nothing itself close as before
         (
             {"type": "object", "anyOf": [KIND]},

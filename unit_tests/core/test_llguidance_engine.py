@@ -267,6 +267,24 @@ def test_json_objects_are_closed_where_xgrammar_closes_them(
     assert _matches(small_llguidance, _spec(RequestKind.JSON_SCHEMA, schema), text) is accepted
 
 
+def test_a_value_two_one_of_branches_accept_is_never_accepted(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    # {"b":2} is valid for both branches, so not for the oneOf. Closing the
+    # first branch over "a" would have made llguidance prove the branches
+    # exclusive, and accept it through the second.
+    schema = {
+        "type": "object",
+        "oneOf": [
+            {"properties": {"a": {"type": "integer"}}},
+            {"properties": {"b": {"type": "integer"}}, "required": ["b"]},
+        ],
+    }
+    spec = _spec(RequestKind.JSON_SCHEMA, schema)
+    with pytest.raises(InvalidGrammarError, match="oneOf"):
+        small_llguidance.compile(spec)
+
+
 def test_a_format_llguidance_writes_loosely_is_refused_where_it_is(
     small_llguidance: LLGuidanceEngine,
 ) -> None:

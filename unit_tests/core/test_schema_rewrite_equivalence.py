@@ -575,6 +575,48 @@ def test_combinators_written_as_any_of_accept_exactly_what_the_combinators_accep
     assert seen["written, some valid"] >= 60 and seen["inside"] + seen["kept"] >= 100, seen
 
 
+# A oneOf whose branches name a property with values of their own (a discriminator).
+_KINDS = ("a", "b", "c", 1)
+
+
+@st.composite
+def discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
+    """A oneOf of branches giving "kind" values of their own, often overlapping or unrequired."""
+    branches: list[Any] = []
+    for values in draw(st.lists(st.lists(st.sampled_from(_KINDS), min_size=1, max_size=2,
+                                         unique=True), min_size=1, max_size=3)):  # fmt: skip
+        branch: dict[str, Any] = {"properties": {"kind": {"enum": values}}}
+        if draw(st.booleans()):
+            branch["required"] = ["kind"]
+        if draw(st.booleans()):
+            branch["properties"]["n"] = {"type": draw(st.sampled_from(("integer", "string")))}
+        if draw(st.integers(0, 3)) == 0:
+            branch["type"] = draw(st.sampled_from(("object", "array")))
+        branches.append(branch)
+    schema: dict[str, Any] = {"oneOf": branches}
+    if draw(st.booleans()):
+        schema["type"] = draw(st.sampled_from(("object", ["object", "null"])))
+    if draw(st.booleans()):
+        schema["required"] = ["kind"]
+    return schema
+
+
+def _discriminated_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    objects = st.fixed_dictionaries(
+        {}, optional={"kind": st.sampled_from((*_KINDS, 2)), "n": st.sampled_from((1, "x"))}
+    )
+    return st.lists(st.one_of(objects, _EACH_TYPE), min_size=8, max_size=16)
+
+
+def _one_of_outcome(schema: Any, rewritten: Any) -> str:
+    return "kept" if isinstance(rewritten, dict) and "oneOf" in rewritten else "written"
+
+
+def test_exclusive_one_ofs_written_as_any_of_accept_exactly_what_the_one_of_accepts() -> None:
+    seen = _run(discriminated_one_ofs(), _one_of_outcome, 300, _discriminated_instances)
+    assert seen["written, some valid"] >= 40 and seen["kept"] >= 40, seen
+
+
 # Unevaluated keywords: what the merge brings next to them, and what it must not move.
 _UNEVALUATED_FAMILIES = {
     "unevaluatedProperties": ("type", "properties", "patternProperties", "additionalProperties",

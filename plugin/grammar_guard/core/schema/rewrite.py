@@ -13,6 +13,8 @@ what they leave unenforced read the rewritten schema:
 - the simplest ``not``\\ s written as what they leave: ``false`` for a ``not``
   of everything, the types or the finitely many values left
   (:mod:`~grammar_guard.core.schema.negation`);
+- a ``oneOf`` whose branches no value satisfies two of, as ``anyOf``
+  (:mod:`~grammar_guard.core.schema.exclusive_one_of`);
 - ``oneOf``, ``not`` and ``if``/``then``/``else`` whose negated parts are
   literals written out as an ``anyOf`` of branches
   (:mod:`~grammar_guard.core.schema.boolean_forms`), after the simplest
@@ -63,6 +65,8 @@ from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
 from grammar_guard.core.schema.boolean_forms import combinators_as_any_of
 from grammar_guard.core.schema.dependencies import dependencies_as_any_of
 from grammar_guard.core.schema.ecma_whitespace import WHITESPACE_MEMBERS, whitespace_written_out
+from grammar_guard.core.schema.exclusive_one_of import exclusive_one_of_as_any_of
+from grammar_guard.core.schema.facts import SchemaFacts
 from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
@@ -86,7 +90,7 @@ DEFINED_FORMATS = (
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation,dependencies-any-of:2,combinators-any-of,unevaluated-as-adjacent,"
-    "ecma-whitespace-written"
+    "ecma-whitespace-written,exclusive-one-of-any-of"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -185,6 +189,10 @@ class _Rewrite:
             node.keys() & set(UNEVALUATED) for node, _ in _schemas(document)
         )
         self.merger = AllOfMerger(self.resolve, _MAX_MERGES)
+        # Proofs that oneOf branches exclude one another, over the client's
+        # references; with the schemas made for them, which it remembers by id.
+        self.facts = SchemaFacts(document)
+        self.made: list[Any] = []
         self.merged: dict[str, Any] = {}
         self.in_progress: set[str] = set()
         self.split: dict[tuple[int, bool, bool], Any] = {}
@@ -234,6 +242,8 @@ class _Rewrite:
                 negated = negation_rewritten(result)
                 result = result if negated is None else negated
                 if isinstance(result, dict) and self.branches_allowed:
+                    exclusive = exclusive_one_of_as_any_of(result, self.facts, self.made)
+                    result = result if exclusive is None else exclusive
                     combined = combinators_as_any_of(result, node, self.merger.conjoin)
                     result = result if combined is None else combined
                 if isinstance(result, dict) and self.branches_allowed:
