@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grammar_guard.core.closed_objects import closed_like_xgrammar
 
@@ -76,3 +79,77 @@ def test_objects_close_over_every_name_the_schema_names(
     schema: dict[str, Any], closed: dict[str, Any] | None
 ) -> None:
     assert closed_like_xgrammar(schema) == (schema if closed is None else closed)
+
+
+# --- closing only narrows: a property test against jsonschema ---------------------------
+
+_NAMES = ("a", "b", "c")
+_LEAVES = st.sampled_from(({}, {"type": "integer"}, {"type": "string"}, {"const": 1}, False))
+_DEFINED = {"$ref": "#/$defs/defined"}
+
+
+@st.composite
+def _objects(draw: st.DrawFn, depth: int = 2, refer: bool = True) -> dict[str, Any]:
+    """Object schemas with the keywords closing reads, often inside combinators.
+
+    ``refer``: some parts are a ``$ref`` to the document's one definition.
+    """
+    schema: dict[str, Any] = {}
+    if draw(st.integers(0, 2)):
+        values = _LEAVES | _objects(depth - 1, refer) if depth else _LEAVES
+        names = st.sampled_from(_NAMES)
+        schema["properties"] = draw(st.dictionaries(names, values, max_size=2))
+    if draw(st.booleans()):
+        schema["required"] = draw(st.lists(st.sampled_from(_NAMES), unique=True, max_size=2))
+    if draw(st.integers(0, 3)) == 0:
+        schema["type"] = "object"
+    if draw(st.integers(0, 4)) == 0:
+        schema["additionalProperties"] = draw(st.booleans())
+    if depth and draw(st.booleans()):
+        keyword = draw(st.sampled_from(("oneOf", "anyOf", "allOf", "not", "if")))
+        parts = _objects(depth - 1, refer)
+        parts = st.one_of(parts, st.just(_DEFINED)) if refer else parts
+        if keyword in ("not", "if"):
+            schema[keyword] = draw(parts)
+            if keyword == "if":
+                schema["then"] = draw(_objects(depth - 1, refer))
+        else:
+            schema[keyword] = draw(st.lists(parts, min_size=1, max_size=3))
+    return schema
+
+
+@st.composite
+def _combined(draw: st.DrawFn) -> dict[str, Any]:
+    """A combinator over object schemas, beside few keywords of its own: where closing is subtle."""
+    keyword = draw(st.sampled_from(("oneOf", "oneOf", "anyOf", "allOf", "not", "if")))
+    parts = st.one_of(_objects(0), _objects(0), _objects(1), st.just(_DEFINED))
+    schema = draw(_objects(0)) if draw(st.integers(0, 2)) == 0 else {}
+    if keyword in ("not", "if"):
+        schema[keyword] = draw(parts)
+        if keyword == "if":
+            schema["then"] = draw(_objects(1))
+    else:
+        schema[keyword] = draw(st.lists(parts, min_size=2, max_size=3))
+    return schema
+
+
+_INSTANCES = st.lists(
+    st.dictionaries(st.sampled_from(_NAMES), st.sampled_from((1, "x")), max_size=2)
+    | st.dictionaries(st.sampled_from((*_NAMES, "d")), st.sampled_from((1, None)), max_size=3)
+    | st.sampled_from((1, "x", [])),
+    min_size=8,
+    max_size=16,
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_combined() | _objects(), _objects(depth=1, refer=False), _INSTANCES)
+def test_closing_never_lets_in_a_value_the_schema_refuses(
+    schema: dict[str, Any], defined: dict[str, Any], instances: list[Any]
+) -> None:
+    document = {**schema, "$defs": {"defined": defined}}
+    original = jsonschema.Draft202012Validator(document)
+    closed = jsonschema.Draft202012Validator(closed_like_xgrammar(document))
+    for instance in instances:
+        if closed.is_valid(instance):
+            assert original.is_valid(instance), instance
