@@ -7,10 +7,10 @@ Closed the same way, a request gets the same output language whichever
 engine serves it, and a weak model cannot pad an object with invented keys.
 
 Closing narrows what a schema accepts, so it happens only where a narrower
-subschema cannot widen the whole: never below a ``not`` or an ``if``, nor
-below a ``oneOf`` unless every branch, closed, lacks a name each other
-branch requires (then no value passes one closed branch that another
-accepts). Closing never forbids a name the schema itself names: a name the
+subschema cannot widen the whole: never below a ``not``, an ``if`` or a
+``contains`` (which ``maxContains`` may bound), nor below a ``oneOf``
+unless every branch, closed, lacks a name each other branch requires (then
+no value passes one closed branch that another accepts). Closing never forbids a name the schema itself names: a name the
 object ``required`` but did not list, or one that a branch of its ``anyOf``
 or ``oneOf`` lists or requires, is listed as any value (the schema
 constrains it where it named it). Without that, a schema such as
@@ -35,8 +35,9 @@ _BRANCHES = ("anyOf", "oneOf")
 # Where closing an object could let a value in, so nothing below is closed: a
 # oneOf accepts a value valid for two branches once one of them is narrowed
 # (the rewrite writes a oneOf whose branches exclude one another as anyOf),
-# and a not or an if reads its schema negated.
-_NOT_NARROWED = frozenset({"oneOf", "not", "if"})
+# a not or an if reads its schema negated, and a maxContains counts fewer
+# items matching a narrower contains.
+_NOT_NARROWED = frozenset({"oneOf", "not", "if", "contains"})
 # Pairs of oneOf branches to compare grow with the square of their number.
 _MAX_CLOSED_ONE_OF = 16
 # Keywords of a schema that say which names or values its objects have. A
@@ -52,7 +53,7 @@ _UNLISTABLE_IN_BRANCH = frozenset({*_OPENING_OBJECT_KEYWORDS, "$ref", "allOf", *
 def closed_like_xgrammar(schema: Any) -> Any:
     """``schema`` with objects and tuples closed where xgrammar's strict mode closes them.
 
-    A document with a ``$ref`` below a ``oneOf``, ``not`` or ``if`` is left
+    A document with a ``$ref`` below a ``oneOf``, ``not``, ``if`` or ``contains`` is left
     as it is: closing the schema it refers to would narrow that place too.
     The members of an ``allOf``, and a schema next to one, are left open:
     closing them would forbid the properties the other members add. So is a
@@ -66,7 +67,7 @@ def closed_like_xgrammar(schema: Any) -> Any:
 
 
 def _refers_from_negated_place(schema: Any) -> bool:
-    """Whether a ``$ref`` sits below a ``oneOf``, ``not`` or ``if``: its target must stay as is.
+    """Whether a ``$ref`` sits where nothing is narrowed: its target must stay as is.
 
     Linear: one walk, with each subschema's place (below one or not) carried down.
     """
