@@ -10,10 +10,12 @@ Closing narrows what a schema accepts, so it happens only where a narrower
 subschema cannot widen the whole: never below a ``not``, an ``if`` or a
 ``contains`` (which ``maxContains`` may bound), nor below a ``oneOf``
 unless every branch, closed, lacks a name each other branch requires (then
-no value passes one closed branch that another accepts). Closing never forbids a name the schema itself names: a name the
-object ``required`` but did not list, or one that a branch of its ``anyOf``
-or ``oneOf`` lists or requires, is listed as any value (the schema
-constrains it where it named it). Without that, a schema such as
+no value passes one closed branch that another accepts).
+
+Closing never forbids a name the schema itself names: a name the object
+``required`` but did not list, or one that a branch of its ``anyOf`` or
+``oneOf`` lists or requires, is listed as any value (the schema constrains
+it where it named it). Without that, a schema such as
 ``{"properties": {"id": ...}, "oneOf": [{"properties": {"kind": ...},
 "required": ["kind"]}]}`` would allow no object at all.
 """
