@@ -20,7 +20,11 @@ from unit_tests.llguidance_acceptance import byte_llguidance, llguidance_accepts
 from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisations
 
 from grammar_guard.core.routing import EngineName, route
-from grammar_guard.core.schema.ecma_whitespace import WHITESPACE_MEMBERS, whitespace_written_out
+from grammar_guard.core.schema.ecma_whitespace import (
+    MAX_WRITTEN,
+    WHITESPACE_MEMBERS,
+    whitespace_written_out,
+)
 from grammar_guard.core.schema.rewrite import rewrite_schema
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 
@@ -58,6 +62,11 @@ ECMA_SPACE = frozenset(
 )
 def test_the_scan_writes_out_each_class_escape_it_can(pattern: str, written: str | None) -> None:
     assert whitespace_written_out(pattern) == written
+
+
+def test_a_pattern_with_more_escapes_than_the_bound_stays_as_written() -> None:
+    assert whitespace_written_out(r"\S" * MAX_WRITTEN) == NOT_SPACE * MAX_WRITTEN
+    assert whitespace_written_out(r"\S" * (MAX_WRITTEN + 1)) is None
 
 
 def test_the_written_classes_hold_ecma_262s_whitespace_exactly() -> None:

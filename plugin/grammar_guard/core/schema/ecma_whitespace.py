@@ -24,11 +24,18 @@ WHITESPACE_MEMBERS = (
 )
 
 
+# Each escape written out is about 80 characters: past this many in one
+# pattern it stays as written, so the schema an engine gets stays in
+# proportion to the one the client sent.
+MAX_WRITTEN = 64
+
+
 def whitespace_written_out(pattern: str) -> str | None:
     """``pattern`` with ``\\s`` and ``\\S`` as explicit classes; None if it holds none or cannot."""
     out: list[str] = []
     position, end = 0, len(pattern)
-    in_class = changed = False
+    in_class = False
+    written = 0
     while position < end:
         char = pattern[position]
         if char == "\\" and position + 1 < end:
@@ -43,7 +50,9 @@ def whitespace_written_out(pattern: str) -> str | None:
                 return None
             else:
                 out.append(WHITESPACE_MEMBERS)
-            changed = True
+            written += 1
+            if written > MAX_WRITTEN:
+                return None
             position += 2
             continue
         if in_class:
@@ -54,7 +63,7 @@ def whitespace_written_out(pattern: str) -> str | None:
             in_class = True
         out.append(char)
         position += 1
-    return "".join(out) if changed else None
+    return "".join(out) if written else None
 
 
 def _in_range(pattern: str, position: int) -> bool:
