@@ -142,6 +142,31 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
         },
     ),
     (
+        "triggers that ask for the same names as one: all absent, or those names present",
+        {**OBJECT, "dependentRequired": {name: ["b"] for name in "acde"}},
+        {
+            "anyOf": [
+                {"type": "object", "properties": {**A_B, **dict.fromkeys("acde", False)}},
+                {"type": "object", "properties": A_B, "required": ["b"]},
+            ]
+        },
+    ),
+    (
+        "a required trigger's dependency always holds, and may make the next one required",
+        {**OBJECT, "required": ["a"], "dependentRequired": {"a": ["b"], "b": ["c"], "d": ["a"]}},
+        {"type": "object", "properties": A_B, "required": ["a", "b", "c"]},
+    ),
+    (
+        "only dependencies that ask nothing, or only for names already required",
+        {
+            **OBJECT,
+            "required": ["b"],
+            "dependentRequired": {"a": [], "c": ["b"]},
+            "dependentSchemas": {"b": {"title": "t"}},
+        },
+        {**OBJECT, "required": ["b"]},
+    ),
+    (
         "an anyOf beside, merged first (boolean_forms.py): its trigger is then required",
         {
             **OBJECT,
@@ -155,8 +180,8 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
 # (id, schema): left exactly as written, each for the reason its id gives.
 KEPT: list[tuple[str, Any]] = [
     (
-        "four trigger names, sixteen branches",
-        {**OBJECT, "dependentRequired": {name: ["b"] for name in "acde"}},
+        "four triggers asking for different names, sixteen branches",
+        {**OBJECT, "dependentRequired": {"a": ["b"], "c": ["a"], "d": ["c"], "e": ["d"]}},
     ),
     (
         "an enum beside",
@@ -165,10 +190,6 @@ KEPT: list[tuple[str, Any]] = [
     (
         "a reference beside",
         {"$defs": {"o": OBJECT}, "$ref": "#/$defs/o", "dependentRequired": {"a": ["b"]}},
-    ),
-    (
-        "only dependencies that ask nothing",
-        {**OBJECT, "dependentRequired": {"a": []}, "dependentSchemas": {"b": {"title": "t"}}},
     ),
     ("a dependent name that is no string", {**OBJECT, "dependentRequired": {"a": [1]}}),
     ("dependentSchemas given names", {**OBJECT, "dependentSchemas": {"a": ["b"]}}),
@@ -283,6 +304,17 @@ REFERENT = {
 }
 
 
+# An address: a post box (p) or extra line (e) needs a street (s), which needs
+# the region (r), which needs the country (c); the region and country are required.
+# (xgrammar writes properties in the order the schema lists them.)
+ADDRESS = {
+    "type": "object",
+    "properties": {name: {"type": "string"} for name in "pesrc"},
+    "required": ["r", "c"],
+    "dependencies": {"p": ["s"], "e": ["s"], "s": ["r"], "r": ["c"]},
+}
+
+
 @pytest.mark.parametrize(
     ("schema", "engine", "valid", "invalid"),
     [
@@ -300,6 +332,14 @@ REFERENT = {
             '{"type":"x","website":"w"}',
         ),
         (REFERENT, EngineName.XGRAMMAR, '{"type":"x"}', '{"website":"w","type":"x"}'),
+        # Github_easy o49986 (draft-04): five triggers, of which two split the objects.
+        (
+            ADDRESS,
+            EngineName.XGRAMMAR,
+            '{"p":"x","s":"x","r":"x","c":"x"}',
+            '{"p":"x","r":"x","c":"x"}',
+        ),
+        (ADDRESS, EngineName.XGRAMMAR, '{"r":"x","c":"x"}', '{"e":"x","r":"x","c":"x"}'),
     ],
 )
 def test_dependencies_refused_before_are_served_and_enforced(

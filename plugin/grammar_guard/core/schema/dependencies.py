@@ -14,6 +14,14 @@ definitions stay there. Several triggers make one branch per choice of
 "absent" or "present" for each, so their number is bounded. A dependency
 schema (``dependentSchemas``) is merged into the "present" branch.
 
+Fewer triggers split the objects than are written. One that ``R``
+requires is in every object that passes, so where ``R`` admits objects
+alone (or the dependency only names more), it is merged into ``R``
+instead; a dependency asking only for names ``R`` requires asks
+nothing. Triggers asking for the same names split them once: each absent
+or its names present is "all absent, or the names present", whether any
+trigger is there or not.
+
 ``properties`` and ``required`` constrain objects only: a value of another
 type passes the "absent" branches exactly when it passes ``R``, as it
 passed the schema, so the ``anyOf`` accepts exactly what the schema did.
@@ -46,7 +54,9 @@ Conjoin = Callable[[Iterable[Any]], Any]
 RewriteLegacy = Callable[[Any, str], Any]
 
 KEYWORDS = ("dependentRequired", "dependentSchemas", "dependencies")
-MAX_TRIGGERS = 3  # 2**3 = 8 branches
+MAX_TRIGGERS = 3  # groups of triggers: 2**3 = 8 branches
+# Folding required triggers repeats once per trigger: their number is bounded first.
+MAX_TRIGGERS_READ = 64
 # Keywords xgrammar reads alone (or that the merge left as they were): an
 # anyOf next to them would be ignored, or they next to it.
 _EXCLUSIVE = frozenset({"$ref", "$dynamicRef", "const", "enum", "anyOf", "oneOf", "allOf"})
@@ -84,24 +94,35 @@ def dependencies_as_any_of(
     that nested dependencies, each copying the ones inside, cannot compound.
     Left as written: a schema with a keyword xgrammar reads alone, a
     keyword value that is not what its draft defines (the engine reports
-    it), more than :data:`MAX_TRIGGERS` trigger names, a branch the merge
-    cannot write as one schema, and a result past the growth bound.
+    it), more than :data:`MAX_TRIGGERS_READ` trigger names or
+    :data:`MAX_TRIGGERS` splits, a branch the merge cannot write as one
+    schema, and a result past the growth bound.
     """
     if not node.keys() & set(KEYWORDS) or node.keys() & _EXCLUSIVE:
         return None
     triggers = _triggers(node, rewrite_legacy)
-    if triggers is None:
-        return None
-    live = {name: needs for name, needs in triggers.items() if needs}
-    if not live or len(live) > MAX_TRIGGERS:
+    if triggers is None or len(triggers) > MAX_TRIGGERS_READ:
         return None
     beside = {k: v for k, v in node.items() if k not in KEYWORDS and _neutral(k)}
     rest = {k: v for k, v in node.items() if k not in KEYWORDS and not _neutral(k)}
+    always, live = _fold_required_triggers(rest, triggers)
+    groups = _grouped(live)
+    if len(groups) > MAX_TRIGGERS:
+        return None
+    rest = conjoin([rest, *always]) if always else rest
+    if not isinstance(rest, dict) or "allOf" in rest:
+        return None  # no object meets it, or the parts do not merge: left as written
     branches: list[Any] = []
-    for choice in itertools.product((False, True), repeat=len(live)):
+    for choice in itertools.product((False, True), repeat=len(groups)):
         parts: list[Any] = [rest]
-        for present, (name, needs) in zip(choice, live.items(), strict=True):
-            parts += [{"required": [name]}, *needs] if present else [{"properties": {name: False}}]
+        for present, (names, needs) in zip(choice, groups, strict=True):
+            if not present:
+                parts.append({"properties": dict.fromkeys(names, False)})
+            else:
+                # Each trigger absent, or the dependency met: whether the
+                # trigger is there too makes no difference, so one is named
+                # only where it alone asks for it.
+                parts += [{"required": list(names)}, *needs] if len(names) == 1 else needs
         branch = conjoin(parts)
         if branch is False or (admits_no_object(branch) and (branches or _objects_only(branch))):
             # On values other than objects a branch only narrows R, and the
@@ -117,6 +138,76 @@ def dependencies_as_any_of(
     result = {**beside, **branches[0]} if len(branches) == 1 else {**beside, "anyOf": branches}
     limit = _GROWTH * count_values(written, _MAX_COUNTED) + _GROWTH_SLACK
     return result if count_values(result, limit) <= limit else None
+
+
+def _fold_required_triggers(
+    rest: dict[str, Any], triggers: dict[str, list[Any]]
+) -> tuple[list[Any], dict[str, list[Any]]]:
+    """The dependencies that always apply, and the triggers left that split the objects.
+
+    A trigger the rest requires is present in every object that passes, so
+    its dependency holds without a branch (where the rest admits objects
+    only, or the dependency only requires names: other values have no
+    trigger to meet it); so does a dependency that only requires names
+    already required. Folding one may require more names,
+    so this repeats until nothing changes (at most once per trigger).
+    """
+    required = _required_names(rest)
+    # Only objects have names: a dependency that constrains other values too
+    # is folded only where the rest admits objects alone.
+    objects_only = _objects_only(rest)
+    always: list[Any] = []
+    live = dict(triggers)
+    changed = True
+    while changed:
+        changed = False
+        for name in list(live):
+            needs = [need for need in live[name] if not _already_met(need, required)]
+            if name in required and (objects_only or all(_asked(n) is not None for n in needs)):
+                always.extend(needs)
+                for need in needs:
+                    required |= _required_names(need)
+                del live[name]
+                changed = True
+            elif needs:
+                live[name] = needs
+            else:
+                del live[name]
+    return always, live
+
+
+def _grouped(live: dict[str, list[Any]]) -> list[tuple[tuple[str, ...], list[Any]]]:
+    """Triggers that require the same names, as one: "all absent, or those names present".
+
+    Only names are compared: a dependency schema keeps its trigger to itself.
+    """
+    groups: dict[Any, tuple[list[str], list[Any]]] = {}
+    for name, needs in live.items():
+        asked = [_asked(need) for need in needs]
+        key: Any = name
+        if all(names is not None for names in asked):
+            key = frozenset().union(*(names for names in asked if names is not None))
+        groups.setdefault(key, ([], needs))[0].append(name)
+    return [(tuple(names), needs) for names, needs in groups.values()]
+
+
+def _asked(need: Any) -> frozenset[str] | None:
+    """The names a ``{"required": [...]}`` dependency asks for; None for any other."""
+    if isinstance(need, dict) and set(need) == {"required"}:
+        return frozenset(_required_names(need))
+    return None
+
+
+def _already_met(need: Any, required: set[str]) -> bool:
+    asked = _asked(need)
+    return asked is not None and asked <= required
+
+
+def _required_names(schema: Any) -> set[str]:
+    required = schema.get("required") if isinstance(schema, dict) else None
+    if not isinstance(required, list):
+        return set()
+    return {name for name in required if isinstance(name, str)}
 
 
 def _triggers(node: dict[str, Any], rewrite_legacy: RewriteLegacy) -> dict[str, list[Any]] | None:
