@@ -518,6 +518,18 @@ _LITERAL_KEYWORDS = (
 _FORBIDDING = st.fixed_dictionaries(
     {"properties": st.dictionaries(st.sampled_from(_NAMES), st.just(False), min_size=1)}
 )
+# Property values of few kinds, named (a condition's discriminator) or as a finite domain.
+_FEW = st.sampled_from((True, False, None, "a", "b", 2))
+_NAMED = st.one_of(
+    st.builds(lambda value: {"const": value}, _FEW),
+    st.builds(lambda values: {"enum": values}, st.lists(_FEW, min_size=1, max_size=3)),
+)
+_NAMING = st.fixed_dictionaries(
+    {"properties": st.dictionaries(st.sampled_from(_NAMES), _NAMED, min_size=1, max_size=2)}
+)
+_DOMAINS = st.dictionaries(
+    st.sampled_from(_NAMES), _NAMED | st.just({"type": "boolean"}), min_size=1, max_size=2
+)
 
 
 @st.composite
@@ -525,7 +537,7 @@ def _combined_parts(draw: st.DrawFn, depth: int) -> Any:
     """A schema of literals, sometimes with a keyword that has no complement, or nested."""
     if depth < 1 and draw(st.integers(0, 3)) == 0:
         return draw(combinator_schemas(depth + 1))
-    part = draw(_schemas(depth=1, keywords=_LITERAL_KEYWORDS) | _FORBIDDING)
+    part = draw(_schemas(depth=1, keywords=_LITERAL_KEYWORDS) | _FORBIDDING | _NAMING)
     if draw(st.integers(0, 5)) == 0:
         part["pattern"] = draw(_PATTERNS)  # no complement: kept where negated
     return draw(st.sampled_from((part, True, False))) if draw(st.integers(0, 9)) == 0 else part
@@ -535,6 +547,8 @@ def _combined_parts(draw: st.DrawFn, depth: int) -> Any:
 def combinator_schemas(draw: st.DrawFn, depth: int = 0) -> dict[str, Any]:
     """Keywords beside one or more of oneOf, not and if/then/else over literal schemas."""
     schema = draw(_schemas(depth=1, keywords=(*_LITERAL_KEYWORDS, "properties", "enum")))
+    if draw(st.integers(0, 2)) == 0:  # properties with finitely many values, as conditions name
+        schema["properties"] = draw(_DOMAINS)
     parts = _combined_parts(depth)
     chosen = draw(st.lists(st.sampled_from(("oneOf", "not", "if", "anyOf")), min_size=1,
                            max_size=2, unique=True))  # fmt: skip
@@ -581,7 +595,8 @@ _KINDS = ("a", "b", "c", 1)
 
 @st.composite
 def discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
-    """A oneOf of branches giving "kind" values of their own, often overlapping or unrequired."""
+    """A oneOf of branches giving "kind" values of their own, often overlapping or unrequired,
+    some closed, some untyped (constraining objects only)."""
     branches: list[Any] = []
     for values in draw(st.lists(st.lists(st.sampled_from(_KINDS), min_size=1, max_size=2,
                                          unique=True), min_size=1, max_size=3)):  # fmt: skip
@@ -592,18 +607,28 @@ def discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
             branch["properties"]["n"] = {"type": draw(st.sampled_from(("integer", "string")))}
         if draw(st.integers(0, 3)) == 0:
             branch["type"] = draw(st.sampled_from(("object", "array")))
+        if draw(st.integers(0, 2)) == 0:  # closed: two may share the empty object only
+            branch["additionalProperties"] = False
         branches.append(branch)
     schema: dict[str, Any] = {"oneOf": branches}
     if draw(st.booleans()):
-        schema["type"] = draw(st.sampled_from(("object", ["object", "null"])))
+        schema["type"] = draw(st.sampled_from(("object", ["object", "null"], "string")))
     if draw(st.booleans()):
         schema["required"] = ["kind"]
+    if draw(st.integers(0, 3)) == 0:  # the node's own limit on the discriminator
+        values = draw(st.lists(st.sampled_from(_KINDS), min_size=1, unique=True))
+        schema["properties"] = {"kind": {"enum": values}}
     return schema
 
 
 def _discriminated_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
     objects = st.fixed_dictionaries(
-        {}, optional={"kind": st.sampled_from((*_KINDS, 2)), "n": st.sampled_from((1, "x"))}
+        {},
+        optional={
+            "kind": st.sampled_from((*_KINDS, 2)),
+            "n": st.sampled_from((1, "x")),
+            "m": st.just(0),
+        },
     )
     return st.lists(st.one_of(objects, _EACH_TYPE), min_size=8, max_size=16)
 

@@ -6,8 +6,21 @@ the rewrite can merge the node's other keywords into. The usual case is a
 discriminator: each branch requires ``"kind"`` with values of its own.
 Exclusivity is proved by :meth:`SchemaFacts.exclusive`, a sufficient test
 (disjoint types, disjoint values, a required property whose values are
-disjoint), within the node's own ``type``: a value of another type fails
-the node whatever its branches say.
+disjoint), on each branch together with the node's own ``type``,
+``required`` and ``properties``: a value those refuse fails the node
+whatever its branches say, so only the values they accept need be in one
+branch at most.
+
+Two more cases are exact, each by adding to the node what the ``oneOf``
+already implied:
+
+- Branches that constrain one type only (objects: ``properties``,
+  ``required``...; strings: ``pattern``...) all accept every value of
+  another, so two of them do: no other value is valid, and the node gets
+  that ``type``.
+- Two closed objects (``additionalProperties: false``) whose shared names
+  take disjoint values can share only the empty object; where both accept
+  it, it is valid for two branches, and the node gets ``minProperties: 1``.
 """
 
 from __future__ import annotations
@@ -15,9 +28,16 @@ from __future__ import annotations
 from typing import Any
 
 from grammar_guard.core.schema.facts import SchemaFacts
+from grammar_guard.core.schema.values import is_number, type_set
+from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KEYWORD_TYPES, NUMERIC_TYPES
 
 # Pairs of branches to test grow with the square of their number.
 MAX_BRANCHES = 16
+# The node's keywords that each branch is tested together with.
+_CONTEXT = ("type", "required", "properties")
+# What a closed-object branch may hold for its empty-object overlap to be read off.
+_CLOSED_OBJECT_KEYWORDS = frozenset({"type", "properties", "additionalProperties", "required"})
+_MAX_REF_HOPS = 8
 
 
 def exclusive_one_of_as_any_of(
@@ -31,16 +51,103 @@ def exclusive_one_of_as_any_of(
     branches = node.get("oneOf")
     if "anyOf" in node or not isinstance(branches, list) or len(branches) > MAX_BRANCHES:
         return None
-    typed = [_within_type(branch, node.get("type")) for branch in branches]
-    keep_alive.extend(typed)
-    for index, left in enumerate(typed):
-        if not all(facts.exclusive(left, right) for right in typed[index + 1 :]):
+    node_type = node.get("type")
+    kind = _only_kind_constrained(branches) if len(branches) > 1 else None
+    if kind is not None:
+        # Every value of another type passes each branch, so two: none is valid.
+        node_type = _type_within(node_type, kind)
+        if node_type is None:
+            return None  # no value the node allows is left, or none a type names
+    context = {key: node[key] for key in _CONTEXT if key in node}
+    if node_type is not None:
+        context["type"] = node_type
+    placed = [{"allOf": [branch, context]} if context else branch for branch in branches]
+    keep_alive.extend(placed)
+    share_empty_object = False
+    for index, left in enumerate(placed):
+        for other in range(index + 1, len(placed)):
+            if facts.exclusive(left, placed[other]):
+                continue
+            shared = _shared_object_at_most_empty(
+                facts, (left, branches[index]), (placed[other], branches[other])
+            )
+            if shared is None:
+                return None
+            share_empty_object |= shared
+    result = {("anyOf" if key == "oneOf" else key): value for key, value in node.items()}
+    if node_type is not None:
+        result["type"] = node_type
+    if share_empty_object:
+        least = node.get("minProperties", 0)
+        if not is_number(least):
+            return None  # left for the engine to report
+        if least < 1:
+            result["minProperties"] = 1
+    return result
+
+
+def _only_kind_constrained(branches: list[Any]) -> frozenset[str] | None:
+    """The one kind of value (``KEYWORD_TYPES``) all ``branches`` constrain; None: not one."""
+    kinds = set()
+    for branch in branches:
+        if not isinstance(branch, dict):
             return None
-    return {("anyOf" if key == "oneOf" else key): value for key, value in node.items()}
+        for key in branch:
+            if key not in ANNOTATIONS:
+                kinds.add(KEYWORD_TYPES.get(key))
+    if len(kinds) != 1 or None in kinds:
+        return None
+    return kinds.pop()
 
 
-def _within_type(branch: Any, node_type: Any) -> Any:
-    """``branch`` with the node's ``type`` where it has none of its own."""
-    if node_type is None or not isinstance(branch, dict) or "type" in branch:
-        return branch
-    return {**branch, "type": node_type}
+def _type_within(node_type: Any, kind: frozenset[str]) -> str | None:
+    """The node's ``type`` narrowed to ``kind``, as one type name; None where that is not one."""
+    left = kind if node_type is None else type_set(node_type) & kind
+    if left == NUMERIC_TYPES:
+        return "number"
+    return next(iter(left)) if len(left) == 1 else None
+
+
+def _shared_object_at_most_empty(
+    facts: SchemaFacts, left: tuple[Any, Any], right: tuple[Any, Any]
+) -> bool | None:
+    """Whether both branches accept the empty object, if it is all they can share; else None.
+
+    Each side is (the branch in the node's context, the branch as written).
+    """
+    (left_placed, left_branch), (right_placed, right_branch) = left, right
+    if not facts.types(left_placed) & facts.types(right_placed) <= {"object"}:
+        return None
+    left_closed, right_closed = (
+        _closed_object(facts, left_branch),
+        _closed_object(facts, right_branch),
+    )
+    if left_closed is None or right_closed is None:
+        return None
+    (left_properties, left_required), (right_properties, right_required) = (
+        left_closed,
+        right_closed,
+    )
+    for name in left_properties.keys() & right_properties.keys():
+        if not facts.exclusive(left_properties[name], right_properties[name]):
+            return None
+    # An object in both has only shared names, and no value for one passes both.
+    return not left_required and not right_required
+
+
+def _closed_object(facts: SchemaFacts, branch: Any) -> tuple[dict[str, Any], list[Any]] | None:
+    """The properties and required names of a closed-object branch; None for any other."""
+    for _ in range(_MAX_REF_HOPS):
+        if not isinstance(branch, dict) or set(branch) != {"$ref"}:
+            break
+        branch = facts.target(branch)
+    if not isinstance(branch, dict):
+        return None
+    if any(key not in ANNOTATIONS and key not in _CLOSED_OBJECT_KEYWORDS for key in branch):
+        return None
+    properties, required = branch.get("properties", {}), branch.get("required", [])
+    if branch.get("additionalProperties") is not False or not isinstance(properties, dict):
+        return None
+    if not isinstance(required, list) or "object" not in type_set(branch.get("type", "object")):
+        return None
+    return properties, required

@@ -3,14 +3,20 @@ values and the properties an object must have."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from grammar_guard.core.schema.pattern_starts import first_chars
 from grammar_guard.core.schema.pointers import MISSING, resolve_pointer
 from grammar_guard.core.schema.values import canonical, expand_number, json_type, type_set
 from grammar_guard.core.schema.vocabulary import JSON_TYPES
 
 _Fact = TypeVar("_Fact")
+# Patterns compared per schema: each pair is read, so their number is bounded.
+_MAX_PATTERNS = 4
+# Each pattern read once however many branches it is compared with.
+_first_chars = functools.lru_cache(maxsize=256)(first_chars)
 
 
 class SchemaFacts:
@@ -29,6 +35,8 @@ class SchemaFacts:
         self._values: dict[int, frozenset[Any] | None] = {}
         self._required: dict[int, dict[str, frozenset[Any]]] = {}
         self._names: dict[int, frozenset[str]] = {}
+        self._property_values: dict[int, dict[str, frozenset[Any]]] = {}
+        self._patterns: dict[int, tuple[str, ...]] = {}
         self._depth = 0
 
     def _memoised(
@@ -122,21 +130,32 @@ class SchemaFacts:
         return self._memoised(self._required, schema, {}, self._compute_required_values)
 
     def _compute_required_values(self, schema: dict[str, Any]) -> dict[str, frozenset[Any]]:
+        # A name one part requires and another limits is limited in every valid object.
+        values = self.property_values(schema)
+        return {name: values[name] for name in self.required_names(schema) if name in values}
+
+    def property_values(self, schema: Any) -> dict[str, frozenset[Any]]:
+        """Properties whose values, where an object has them, are limited to a known set."""
+        if not isinstance(schema, dict):
+            return {}
+        return self._memoised(self._property_values, schema, {}, self._compute_property_values)
+
+    def _compute_property_values(self, schema: dict[str, Any]) -> dict[str, frozenset[Any]]:
         found: dict[str, frozenset[Any]] = {}
-        properties, required = schema.get("properties"), schema.get("required")
-        if isinstance(properties, dict) and isinstance(required, list):
-            for name in required:
-                if isinstance(name, str) and name in properties:
-                    values = self.values(properties[name])
-                    if values is not None:
-                        found[name] = values
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            for name, subschema in properties.items():
+                values = self.values(subschema)
+                if values is not None:
+                    found[name] = values
         target = self.target(schema)
         parts = [target] if target is not MISSING else []
         if isinstance(schema.get("allOf"), list):
             parts.extend(schema["allOf"])
         for part in parts:
-            for name, values in self.required_values(part).items():
-                found.setdefault(name, values)
+            for name, values in self.property_values(part).items():
+                # Each part holds: a value meets both limits.
+                found[name] = found[name] & values if name in found else values
         return found
 
     def required_names(self, schema: Any) -> frozenset[str]:
@@ -168,9 +187,35 @@ class SchemaFacts:
         left_values, right_values = self.values(left), self.values(right)
         if left_values is not None and right_values is not None:
             return not left_values & right_values
+        if left_types & right_types <= {"string"} and self._patterns_disjoint(left, right):
+            return True
         if left_types <= {"object"} or right_types <= {"object"}:
             left_props, right_props = self.required_values(left), self.required_values(right)
             for name in left_props.keys() & right_props.keys():
                 if not left_props[name] & right_props[name]:
                     return True
         return False
+
+    def _patterns_disjoint(self, left: Any, right: Any) -> bool:
+        """Whether a pattern each must match starts with characters the other's cannot."""
+        starts = [
+            [first for first in map(_first_chars, self.patterns(side)) if first is not None]
+            for side in (left, right)
+        ]
+        return any(a.disjoint(b) for a in starts[0] for b in starts[1])
+
+    def patterns(self, schema: Any) -> tuple[str, ...]:
+        """``pattern``\\ s every string valid against ``schema`` matches (a few at most)."""
+        if not isinstance(schema, dict):
+            return ()
+        return self._memoised(self._patterns, schema, (), self._compute_patterns)
+
+    def _compute_patterns(self, schema: dict[str, Any]) -> tuple[str, ...]:
+        found = [schema["pattern"]] if isinstance(schema.get("pattern"), str) else []
+        target = self.target(schema)
+        parts = [target] if target is not MISSING else []
+        if isinstance(schema.get("allOf"), list):
+            parts.extend(schema["allOf"])
+        for part in parts:
+            found.extend(self.patterns(part))
+        return tuple(found[:_MAX_PATTERNS])

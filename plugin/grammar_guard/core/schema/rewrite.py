@@ -89,8 +89,8 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation,dependencies-any-of:2,combinators-any-of,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,exclusive-one-of-any-of"
+    "negation,dependencies-any-of:3,combinators-any-of,unevaluated-as-adjacent,"
+    "ecma-whitespace-written,exclusive-one-of-any-of:2"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -242,10 +242,7 @@ class _Rewrite:
                 negated = negation_rewritten(result)
                 result = result if negated is None else negated
                 if isinstance(result, dict) and self.branches_allowed:
-                    exclusive = exclusive_one_of_as_any_of(result, self.facts, self.made)
-                    result = result if exclusive is None else exclusive
-                    combined = combinators_as_any_of(result, node, self.merger.conjoin)
-                    result = result if combined is None else combined
+                    result = self.combinators_written(result, node)
                 if isinstance(result, dict) and self.branches_allowed:
                     written = dependencies_as_any_of(
                         result,
@@ -255,7 +252,10 @@ class _Rewrite:
                             schema, join_pointer(pointer, "dependencies", name)
                         ),
                     )
-                    result = result if written is None else written
+                    # A dependency that always applies may bring in a oneOf
+                    # whose branches the node's required names tell apart.
+                    if isinstance(written, dict):
+                        result = self.combinators_written(written, node)
                 if isinstance(result, dict):
                     adjacent = unevaluated_as_adjacent(result)
                     result = result if adjacent is None else adjacent
@@ -263,6 +263,14 @@ class _Rewrite:
             self.in_progress.discard(pointer)
         self.merged[pointer] = result
         return result
+
+    def combinators_written(self, result: dict[str, Any], node: dict[str, Any]) -> Any:
+        """``result`` with an exclusive ``oneOf`` as ``anyOf``, and combinators of literals
+        as branches; ``node`` is the schema as the client wrote it."""
+        exclusive = exclusive_one_of_as_any_of(result, self.facts, self.made)
+        result = result if exclusive is None else exclusive
+        combined = combinators_as_any_of(result, node, self.merger.conjoin)
+        return result if combined is None else combined
 
     def resolve(self, ref: str) -> Any:
         """The first walk's result for a local reference's target; None if it cannot be had.

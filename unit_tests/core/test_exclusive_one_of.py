@@ -1,0 +1,198 @@
+"""A ``oneOf`` proved exclusive written as ``anyOf``: what each proof writes, and what it keeps.
+
+That every such rewrite accepts exactly what the ``oneOf`` accepts, on random
+schemas, is ``test_exclusive_one_ofs_written_as_any_of...`` in
+``test_schema_rewrite_equivalence.py``; here are the shapes real schemas
+have (each named after the jsonschemabench schema it stands for), and the
+engines serving them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from unit_tests.conftest import compact_json_spec, routed_accepts
+from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
+
+from grammar_guard.core.routing import RoutedEngine, route
+from grammar_guard.core.schema.rewrite import rewrite_schema
+
+NUMBER = {"type": "number"}
+# Glaiveai2K calculate_area_404e19e5: the branches name the shape, the node requires it.
+SHAPES = {
+    "type": "object",
+    "properties": {"shape": {"enum": ["square", "circle"]}, "side": NUMBER, "radius": NUMBER},
+    "required": ["shape"],
+    "oneOf": [
+        {"properties": {"shape": {"const": "square"}, "side": NUMBER}},
+        {"properties": {"shape": {"const": "circle"}, "radius": NUMBER}},
+    ],
+}
+# A branch naming a shape the node does not allow: the merged property holds
+# both an enum and a const, which xgrammar would read as the const alone.
+TRIANGLE = {
+    **SHAPES,
+    "oneOf": [SHAPES["oneOf"][0], {"properties": {"shape": {"const": "triangle"}}}],
+}
+# Github_trivial o51159: untyped branches that constrain objects only.
+CARD = {
+    "oneOf": [
+        {
+            "additionalProperties": False,
+            "properties": {"provider": {"enum": ["mastercard"]}},
+            "required": ["provider"],
+        },
+        {
+            "additionalProperties": False,
+            "properties": {"provider": {"enum": ["visa"]}, "code": {"type": "integer"}},
+            "required": ["provider", "code"],
+        },
+    ]
+}
+# Github_trivial o10092: closed objects with no name in common, both taking {}.
+CURSOR = {
+    "type": "object",
+    "oneOf": [
+        {"additionalProperties": False, "properties": {"next": {"type": "string"}}},
+        {"additionalProperties": False, "properties": {"previous": {"type": "string"}}},
+    ],
+}
+# Github_easy o90946: the same through references, a shared name with values of its own.
+SUBJECT = {
+    "$defs": {
+        "first": {
+            "type": "object",
+            "properties": {"kind": {"const": "first"}, "first": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
+        "second": {
+            "type": "object",
+            "properties": {"kind": {"const": "second"}, "second": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
+    },
+    "oneOf": [{"$ref": "#/$defs/first"}, {"$ref": "#/$defs/second"}],
+}
+
+# Github_easy o90249: an absolute URL or a relative path, told apart by how they start.
+HREF = {
+    "oneOf": [
+        {"type": "string", "pattern": "^https?://.+$"},
+        {"type": "string", "pattern": "^\\./.+$"},
+    ]
+}
+# Snowplow sp_209: untyped branches that constrain strings only (a format, a pattern).
+API_KEY = {"oneOf": [{"format": "uuid"}, {"pattern": "^\\$[A-Z0-9-_]+"}]}
+
+INSTANCES: list[Any] = [
+    {},
+    {"shape": "square", "side": 1},
+    {"shape": "circle", "radius": 1},
+    {"shape": "square", "radius": 1},
+    {"shape": "circle"},
+    {"provider": "mastercard"},
+    {"provider": "visa", "code": 1},
+    {"provider": "visa"},
+    {"provider": "mastercard", "code": 1},
+    {"next": "n"},
+    {"previous": "p"},
+    {"next": "n", "previous": "p"},
+    {"kind": "first", "first": True},
+    {"kind": "second"},
+    {"kind": "first", "second": True},
+    {"first": True},
+    "https://a.b/c",
+    "./c",
+    "c",
+    "123e4567-e89b-12d3-a456-426614174000",
+    "$KEY",
+    None,
+    1,
+    "x",
+    [],
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "added"),
+    [
+        (SHAPES, {}),
+        (CARD, {"type": "object"}),  # no other value passes just one branch
+        (CURSOR, {"minProperties": 1}),  # {} passes both branches
+        (SUBJECT, {"minProperties": 1}),
+        (HREF, {}),
+        (API_KEY, {"type": "string"}),
+    ],
+    ids=[
+        "discriminated-by-the-node",
+        "objects-only",
+        "closed-disjoint",
+        "closed-by-reference",
+        "patterns-starting-apart",
+        "strings-only",
+    ],
+)
+def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
+    schema: dict[str, Any], added: dict[str, Any]
+) -> None:
+    rewritten = assert_equivalent(schema, INSTANCES)
+    assert "oneOf" not in rewritten
+    # The node's keywords are merged into the branches (boolean_forms), so what
+    # the proof added is in each of them.
+    branches = rewritten["anyOf"]
+    assert len(branches) == len(schema["oneOf"])
+    assert all(added.items() <= branch.items() for branch in branches), rewritten
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # Strings pass both branches: no value is valid, nothing to write.
+        {**CARD, "type": "string"},
+        # Open objects: {"next": 1, "previous": 2} passes both.
+        {
+            "type": "object",
+            "oneOf": [{"properties": {"next": NUMBER}}, {"properties": {"previous": NUMBER}}],
+        },
+        # A shared name whose values may agree.
+        {
+            "type": "object",
+            "oneOf": [
+                {"additionalProperties": False, "properties": {"a": {"type": "integer"}}},
+                {"additionalProperties": False, "properties": {"a": {"type": "number"}}},
+            ],
+        },
+        # Strings starting with "a" pass both.
+        {"oneOf": [{"type": "string"}, {"pattern": "^a"}]},
+        # Unanchored: "./x" matches both.
+        {"oneOf": [{"type": "string", "pattern": "x"}, {"type": "string", "pattern": "^\\./"}]},
+    ],
+    ids=["no-type-left", "open-objects", "shared-name-overlapping", "a-pattern", "unanchored"],
+)
+def test_branches_not_proved_exclusive_stay_a_one_of(schema: dict[str, Any]) -> None:
+    rewritten = rewrite_schema(schema)
+    assert rewritten is schema or "oneOf" in rewritten
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid", "invalid"),
+    [
+        (SHAPES, '{"shape":"circle","radius":2}', '{"shape":"square","side":"2"}'),
+        (CARD, '{"provider":"visa","code":1}', '{"provider":"mastercard","code":1}'),
+        (CARD, '{"provider":"mastercard"}', "1"),
+        (CURSOR, '{"next":"n"}', "{}"),
+        (CURSOR, '{"previous":"p"}', '{"next":"n","previous":"p"}'),
+        (SUBJECT, '{"kind":"first","first":true}', "{}"),
+        (TRIANGLE, '{"shape":"square"}', '{"shape":"triangle"}'),
+        (HREF, '"./model.glb"', '"model.glb"'),
+        (API_KEY, '"123e4567-e89b-12d3-a456-426614174000"', "12"),
+    ],
+)
+def test_refused_before_now_served_and_enforced(
+    routed: RoutedEngine, schema: dict[str, Any], valid: str, invalid: str
+) -> None:
+    spec = compact_json_spec(schema)
+    route(spec)  # no longer refused
+    assert routed_accepts(routed, spec, valid)
+    assert not routed_accepts(routed, spec, invalid)
