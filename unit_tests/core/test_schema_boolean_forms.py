@@ -172,6 +172,42 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
     ),
 ]
 
+# As NousResearch json-mode-eval 37 writes it: a member flag decides what else must hold.
+FLAGGED = {
+    "type": "object",
+    "properties": {"a": {"type": "boolean"}, "b": {"type": "integer"}},
+    "required": ["a"],
+    "if": {"properties": {"a": {"const": True}}},
+    "then": {"required": ["b"]},
+    "else": {"properties": {"b": {"maximum": 0}}},
+}
+REWRITTEN.append(
+    (
+        "an if naming a property's values: those values, or the values the node leaves",
+        FLAGGED,
+        {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "a": {"type": "boolean", "const": True},
+                        "b": {"type": "integer"},
+                    },
+                    "required": ["a", "b"],
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "a": {"type": "boolean", "enum": [False]},
+                        "b": {"type": "integer", "maximum": 0},
+                    },
+                    "required": ["a"],
+                },
+            ]
+        },
+    )
+)
+
 # (id, schema): left exactly as written, each for the reason its id gives.
 KEPT: list[tuple[str, Any]] = [
     ("a pattern negated: no complement", {"not": {"pattern": "^a"}}),
@@ -188,6 +224,15 @@ KEPT: list[tuple[str, Any]] = [
     (
         "more branches than the bound",
         {"oneOf": [{"required": [name, name.upper()]} for name in "abcde"]},
+    ),
+    (
+        "a string other than those named has no complement here",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "if": {"properties": {"a": {"const": "x"}}},
+            "then": {"required": ["b"]},
+        },
     ),
     (
         "properties read with additionalProperties cannot be negated apart",
@@ -225,6 +270,12 @@ INSTANCES: list[Any] = [
     {"length": 1, "width": 2},
     {"length": 1, "width": 2, "radius": 3},
     {"length": 1, "radius": 3},
+    {"a": True},
+    {"a": True, "b": 1},
+    {"a": False, "b": 1},
+    {"a": False, "b": -1},
+    {"a": "x"},
+    {"a": "x", "b": 1},
 ]
 
 
@@ -306,6 +357,8 @@ CONDITION = {
         # xgrammar does not enforce multipleOf: llguidance serves it.
         (CONDITION, "if", EngineName.LLGUIDANCE, '{"n":-5}', '{"n":-11}'),
         (CONDITION, "if", EngineName.LLGUIDANCE, '{"n":4}', '{"n":3}'),
+        (FLAGGED, "if", EngineName.XGRAMMAR, '{"a":true,"b":1}', '{"a":true}'),
+        (FLAGGED, "if", EngineName.XGRAMMAR, '{"a":false,"b":-1}', '{"a":false,"b":1}'),
     ],
 )
 def test_combinators_refused_before_are_served_and_enforced(

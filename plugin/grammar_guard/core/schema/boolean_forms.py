@@ -17,6 +17,12 @@ The literals and the complement of each (the values it fails, exactly):
   that are not integers);
 - each name of ``required``: an object without it (``properties``: ``false``),
   and a name whose ``properties`` entry is ``false``: an object with it;
+- a ``properties`` entry that only names values (``const``, ``enum``, as an
+  ``if`` on a flag or a kind does): an object with that property holding
+  another value. Merged with what the node says of the property, that
+  ``not`` is written as the values left (``"type": "boolean"`` less
+  ``true`` is ``false``); where it cannot be (a string not among some), the
+  node stays as written;
 - a numeric bound: a number past it (``minimum`` 3 fails below 3, as
   ``exclusiveMaximum`` 3 says); a length or count bound: a string, array or
   object past it.
@@ -38,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from grammar_guard.core.schema.dependencies import admits_no_object
-from grammar_guard.core.schema.negation import type_names, types_outside
+from grammar_guard.core.schema.negation import negation_rewritten, type_names, types_outside
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import count_values, is_number
 from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL, TYPE_KINDS
@@ -151,7 +157,10 @@ def combinators_as_any_of(
     for term in terms:
         if not _term_kinds(term) & rest_kinds:
             continue  # no type in common with the rest of the node: no value
-        branch = _without_empty_types(conjoin([rest, *(schema for _, _, schema in term)]))
+        branch = _values_decided(conjoin([rest, *(schema for _, _, schema in term)]))
+        if branch is None:
+            return None  # a property value's complement left as a `not`
+        branch = _without_empty_types(branch)
         if isinstance(branch, dict) and "allOf" in branch:
             return None  # the parts do not merge into one schema
         if branch is not False:
@@ -356,6 +365,16 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
             for name in dict.fromkeys(value)
         ]
     if key == "properties" and isinstance(value, dict) and value:
+        if all(_values_named(entry) for entry in value.values()):
+            return [
+                (
+                    _identity(key, {name: entry}),
+                    False,
+                    {key: {name: entry}},
+                    _object({"required": [name], "properties": {name: {"not": entry}}}),
+                )
+                for name, entry in value.items()
+            ]
         if not all(entry is False for entry in value.values()):
             return None
         if objects_only:
@@ -381,6 +400,34 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
         complement = {"type": kind, opposite: bound} if bound >= 0 else False
         return [(_identity(key, value), False, {key: value}, complement)]
     return None
+
+
+def _values_named(entry: Any) -> bool:
+    """Whether a ``properties`` entry only names the values it allows (``const``, ``enum``)."""
+    if not isinstance(entry, dict) or not entry.keys() & {"const", "enum"}:
+        return False
+    return all(key in ("const", "enum", "type") or key in ANNOTATIONS for key in entry)
+
+
+def _values_decided(branch: Any) -> Any:
+    """``branch`` with the ``not`` of each property value written as the values it leaves.
+
+    A complement of named values (``"not": {"const": true}``) becomes, merged
+    with what the node says of the property (``"type": "boolean"``), the
+    values left. None where a ``not`` cannot be written so (a string not
+    among some): the node stays as written.
+    """
+    properties = branch.get("properties") if isinstance(branch, dict) else None
+    if not isinstance(properties, dict):
+        return branch
+    decided = {}
+    for name, entry in properties.items():
+        if isinstance(entry, dict) and "not" in entry:
+            entry = negation_rewritten(entry)
+            if entry is None or (isinstance(entry, dict) and "not" in entry):
+                return None
+        decided[name] = entry
+    return {**branch, "properties": decided} if decided != properties else branch
 
 
 def _identity(key: str, value: Any) -> str:
