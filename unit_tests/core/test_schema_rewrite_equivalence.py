@@ -528,7 +528,10 @@ _NAMING = st.fixed_dictionaries(
     {"properties": st.dictionaries(st.sampled_from(_NAMES), _NAMED, min_size=1, max_size=2)}
 )
 _DOMAINS = st.dictionaries(
-    st.sampled_from(_NAMES), _NAMED | st.just({"type": "boolean"}), min_size=1, max_size=2
+    st.sampled_from(_NAMES),
+    _NAMED | st.sampled_from(({"type": "boolean"}, {"type": "string"})),
+    min_size=1,
+    max_size=2,
 )
 
 

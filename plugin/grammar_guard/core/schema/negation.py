@@ -7,6 +7,9 @@
   boolean or null) and a ``not`` that says only ``type``, ``enum`` or
   ``const``, each decided value by value: the values left, as the ``enum``
   (or ``false`` where none is);
+- a string schema and a ``not`` of named values (``const``, ``enum``): the
+  other strings, as a ``pattern`` (:mod:`string_complement`), where the
+  schema has none of its own;
 - ``"not": {"type": ...}`` otherwise: the schema's own types (all of them
   if it has none) less the negated ones, as its ``type``, where type names
   can say it. ``integer`` is part of ``number``, but the numbers that are
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grammar_guard.core.schema.string_complement import pattern_outside
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import satisfies
 from grammar_guard.core.schema.vocabulary import TYPE_KINDS
@@ -68,7 +72,23 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
         return _values_left(node, rest, own_types, constraints)
     if constraints.keys() == {"type"}:
         return _types_left(node, rest, own_types, constraints["type"])
+    if own_types == ("string",) and "type" not in constraints and "pattern" not in node:
+        return _strings_left(node, rest, constraints)
     return None
+
+
+def _strings_left(node: dict[str, Any], rest: dict[str, Any], negated: dict[str, Any]) -> Any:
+    """``rest`` matching the strings the negated ``const``/``enum`` rejects; None past bounds."""
+    named = [negated["const"]] if "const" in negated else negated["enum"]
+    excluded = [
+        value
+        for value in named
+        if isinstance(value, str) and all(satisfies(value, k, v) for k, v in negated.items())
+    ]
+    if not excluded:
+        return rest
+    pattern = pattern_outside(excluded)
+    return None if pattern is None else {**rest, "pattern": pattern}
 
 
 def _values_left(
