@@ -16,6 +16,7 @@ from unit_tests.conftest import compact_json_spec, routed_accepts
 from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
 
 from grammar_guard.core.routing import RoutedEngine, route
+from grammar_guard.core.schema.exclusive_one_of import MAX_SHARED_NAMES
 from grammar_guard.core.schema.rewrite import rewrite_schema
 
 NUMBER = {"type": "number"}
@@ -196,3 +197,19 @@ def test_refused_before_now_served_and_enforced(
     route(spec)  # no longer refused
     assert routed_accepts(routed, spec, valid)
     assert not routed_accepts(routed, spec, invalid)
+
+
+def test_closed_branches_sharing_many_names_are_not_compared() -> None:
+    # Each pair of branches would read every shared name: past the bound,
+    # exclusivity is not proved, and the work stays in proportion to the schema.
+    names = [f"p{index}" for index in range(MAX_SHARED_NAMES + 1)]
+    schema = {
+        "type": "object",
+        "oneOf": [
+            {"additionalProperties": False, "properties": {n: {"const": k} for n in names}}
+            for k in range(2)
+        ],
+    }
+    assert "oneOf" in rewrite_schema(schema)
+    schema["oneOf"][0]["properties"].pop(names[0])
+    assert "oneOf" not in rewrite_schema(schema)

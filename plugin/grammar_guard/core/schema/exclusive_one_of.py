@@ -33,6 +33,8 @@ from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KEYWORD_TYPES, NUM
 
 # Pairs of branches to test grow with the square of their number.
 MAX_BRANCHES = 16
+# Names two closed branches share that are compared, for each pair of branches.
+MAX_SHARED_NAMES = 64
 # The node's keywords that each branch is tested together with.
 _CONTEXT = ("type", "required", "properties")
 # What a closed-object branch may hold for its empty-object overlap to be read off.
@@ -128,7 +130,10 @@ def _shared_object_at_most_empty(
         left_closed,
         right_closed,
     )
-    for name in left_properties.keys() & right_properties.keys():
+    shared = left_properties.keys() & right_properties.keys()
+    if len(shared) > MAX_SHARED_NAMES:
+        return None
+    for name in shared:
         if not facts.exclusive(left_properties[name], right_properties[name]):
             return None
     # An object in both has only shared names, and no value for one passes both.
