@@ -167,6 +167,20 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
         {**OBJECT, "required": ["b"]},
     ),
     (
+        "an anyOf beside with two branches left: the dependencies written in each",
+        {
+            **CLOSED,
+            "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+            "dependentRequired": {"b": ["a"]},
+        },
+        {
+            "anyOf": [
+                {**CLOSED, "required": ["a"]},  # a is there: b's dependency is met
+                {**CLOSED, "required": ["b", "a"]},  # b is there: a must be
+            ]
+        },
+    ),
+    (
         "an anyOf beside, merged first (boolean_forms.py): its trigger is then required",
         {
             **OBJECT,

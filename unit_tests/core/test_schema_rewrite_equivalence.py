@@ -428,8 +428,16 @@ def dependency_schemas(draw: st.DrawFn) -> dict[str, Any]:
         schema[keyword] = draw(
             st.dictionaries(st.sampled_from(_TRIGGERS), values[keyword], min_size=1, max_size=3)
         )
-    if draw(st.integers(0, 9)) == 0:  # kept: an anyOf beside
-        schema["anyOf"] = [{"required": ["a"]}, {"type": "string"}]
+    if draw(st.integers(0, 4)) == 0:  # an anyOf beside: the dependencies go into its branches
+        schema["anyOf"] = draw(
+            st.sampled_from(
+                (
+                    [{"required": ["a"]}, {"type": "string"}],
+                    [{"required": ["a"]}, {"required": ["b"]}],
+                    [{"required": [_TRIGGERS[0]]}, {"minProperties": 2}],
+                )
+            )
+        )
     return {**schema, "$defs": _DEFINITION}
 
 

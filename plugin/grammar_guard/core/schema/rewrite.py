@@ -244,18 +244,7 @@ class _Rewrite:
                 if isinstance(result, dict) and self.branches_allowed:
                     result = self.combinators_written(result, node)
                 if isinstance(result, dict) and self.branches_allowed:
-                    written = dependencies_as_any_of(
-                        result,
-                        node,
-                        self.merger.conjoin,
-                        lambda schema, name: self.merge(
-                            schema, join_pointer(pointer, "dependencies", name)
-                        ),
-                    )
-                    # A dependency that always applies may bring in a oneOf
-                    # whose branches the node's required names tell apart.
-                    if isinstance(written, dict):
-                        result = self.combinators_written(written, node)
+                    result = self.dependencies_written(result, node, pointer)
                 if isinstance(result, dict):
                     adjacent = unevaluated_as_adjacent(result)
                     result = result if adjacent is None else adjacent
@@ -271,6 +260,36 @@ class _Rewrite:
         result = result if exclusive is None else exclusive
         combined = combinators_as_any_of(result, node, self.merger.conjoin)
         return result if combined is None else combined
+
+    def dependencies_written(
+        self, result: dict[str, Any], node: dict[str, Any], pointer: str
+    ) -> dict[str, Any]:
+        """``result`` with its dependency keywords written as branches, or those of its
+        ``anyOf``'s branches (where the combinators merged them in)."""
+
+        def written(schema: dict[str, Any]) -> dict[str, Any] | None:
+            return dependencies_as_any_of(
+                schema,
+                node,
+                self.merger.conjoin,
+                lambda legacy, name: self.merge(
+                    legacy, join_pointer(pointer, "dependencies", name)
+                ),
+            )
+
+        whole = written(result)
+        if whole is not None:
+            # A dependency that always applies may bring in a oneOf whose
+            # branches the node's required names tell apart.
+            return self.combinators_written(whole, node)
+        branches = result.get("anyOf")
+        if not isinstance(branches, list):
+            return result
+        each = [written(branch) if isinstance(branch, dict) else None for branch in branches]
+        if all(branch is None for branch in each):
+            return result
+        kept = [branch if new is None else new for branch, new in zip(branches, each, strict=True)]
+        return {**result, "anyOf": kept}
 
     def resolve(self, ref: str) -> Any:
         """The first walk's result for a local reference's target; None if it cannot be had.
