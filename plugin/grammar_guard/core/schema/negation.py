@@ -6,7 +6,9 @@
 - a schema whose values are finite (an ``enum``, a ``const``, ``type``
   boolean or null) and a ``not`` that says only ``type``, ``enum`` or
   ``const``, each decided value by value: the values left, as the ``enum``
-  (or ``false`` where none is);
+  (or ``false`` where none is); beside an ``enum`` or ``const``, a ``not``
+  of any schema :func:`evaluate.validates` decides for each value (up to
+  64 of them);
 - a string schema and a ``not`` of named values (``const``, ``enum``): the
   other strings, as a ``pattern`` (:mod:`string_complement`), where the
   schema has none of its own;
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grammar_guard.core.schema.evaluate import validates
 from grammar_guard.core.schema.string_complement import pattern_outside
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import satisfies
@@ -33,6 +36,8 @@ from grammar_guard.core.schema.vocabulary import TYPE_KINDS
 _ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 # The values of the types that have finitely many.
 _TYPE_VALUES: dict[str, tuple[Any, ...]] = {"boolean": (True, False), "null": (None,)}
+# Named values decided one by one against any negated schema: each costs a walk of it.
+MAX_NAMED_VALUES = 64
 # The keywords of a negated schema whose verdict on each value is decided here.
 _DECIDED = frozenset({"type", "enum", "const"})
 # A schema holding definitions is not replaced by false: a reference from
@@ -63,7 +68,7 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
     if not constraints:
         return _nothing(node)
     if not constraints.keys() <= _DECIDED:
-        return None
+        return _named_values_left(node, rest, negated) if node.keys() & {"enum", "const"} else None
     if "type" in constraints and type_names(constraints["type"]) is None:
         return None
     if "enum" in constraints and not isinstance(constraints["enum"], list):
@@ -106,6 +111,24 @@ def _values_left(
     else:
         values = [value for name in own_types for value in _TYPE_VALUES[name]]
         left = [value for value in values if not excluded(value)]
+    if not left:
+        return _nothing(node)
+    return rest if "const" in node and "enum" not in node else {**rest, "enum": left}
+
+
+def _named_values_left(node: dict[str, Any], rest: dict[str, Any], negated: Any) -> Any:
+    """``rest`` allowing only the node's named values that fail the negated schema.
+
+    Each is decided by :func:`evaluate.validates`; where one cannot be (a
+    pattern, a reference), or there are too many, the node stays as written.
+    """
+    named = node["enum"] if "enum" in node else [node["const"]]
+    if not isinstance(named, list) or len(named) > MAX_NAMED_VALUES:
+        return None
+    verdicts = [validates(value, negated) for value in named]
+    if None in verdicts:
+        return None
+    left = [value for value, excluded in zip(named, verdicts, strict=True) if not excluded]
     if not left:
         return _nothing(node)
     return rest if "const" in node and "enum" not in node else {**rest, "enum": left}

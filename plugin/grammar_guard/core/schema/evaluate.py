@@ -1,0 +1,173 @@
+"""Whether one JSON value is valid against a schema, for the keywords that need no engine.
+
+The rewrites decide schemas value by value where a schema names its values
+(an ``enum`` beside a ``not``): each named value either passes the rest or
+not, and what is left is an ``enum`` both engines enforce. This evaluator
+answers for the assertions it can decide exactly and says None for the rest
+(``pattern`` and ``format``, which would need a regular-expression engine
+on client text, references, dynamic and unevaluated keywords), so that a
+caller never rewrites on a guess. Unknown keywords constrain nothing, as
+everywhere in the analysis.
+
+The work is bounded by a budget of subschema visits per call and a depth,
+so a named value and a schema of any size cost at most that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from grammar_guard.core.schema.values import json_type, satisfies
+from grammar_guard.core.schema.vocabulary import (
+    ANNOTATIONS,
+    KEYWORD_TYPES,
+    KNOWN_KEYWORDS,
+    STRUCTURAL,
+)
+
+# Subschema visits one call may make before it gives up (answers None), and
+# how deep it follows them (a client's schema nests 64 levels at most).
+MAX_VISITS = 4096
+MAX_DEPTH = 128
+# Decided by values.satisfies alone.
+_SIMPLE = frozenset(
+    {
+        "type", "const", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "multipleOf", "minLength", "maxLength", "minItems", "maxItems", "minProperties",
+        "maxProperties", "required", "uniqueItems",
+    }
+)  # fmt: skip
+# Read together with another keyword, by that keyword.
+_READ_BY_OTHERS = frozenset({"then", "else", "minContains", "maxContains"})
+
+
+class _Undecided(Exception):
+    """A keyword this evaluator does not decide, or the budget spent."""
+
+
+def validates(value: Any, schema: Any) -> bool | None:
+    """Whether ``value`` is valid against ``schema``; None where that is not decided here."""
+    try:
+        return _Evaluation().valid(value, schema)
+    except _Undecided:
+        return None
+
+
+class _Evaluation:
+    def __init__(self) -> None:
+        self.visits = 0
+        self.depth = 0
+
+    def valid(self, value: Any, schema: Any) -> bool:
+        if schema is True or schema is False:
+            return schema
+        if not isinstance(schema, dict):
+            raise _Undecided
+        self.visits += 1
+        if self.visits > MAX_VISITS or self.depth >= MAX_DEPTH:
+            raise _Undecided
+        self.depth += 1
+        try:
+            return self.all_keywords(value, schema)
+        finally:
+            self.depth -= 1
+
+    def all_keywords(self, value: Any, schema: dict[str, Any]) -> bool:
+        undecided = False
+        for key, argument in schema.items():
+            if key in ANNOTATIONS or key in STRUCTURAL or key in _READ_BY_OTHERS:
+                continue
+            if key not in KNOWN_KEYWORDS:
+                continue  # an unknown keyword constrains nothing
+            try:
+                if not self.keyword(value, key, argument, schema):
+                    return False  # one failing keyword decides, whatever the others
+            except _Undecided:
+                undecided = True
+        if undecided:
+            raise _Undecided
+        return True
+
+    def keyword(self, value: Any, key: str, argument: Any, schema: dict[str, Any]) -> bool:
+        kind = json_type(value)
+        applies_to = KEYWORD_TYPES.get(key)
+        if applies_to is not None and not _of_kind(kind, applies_to):
+            return True  # the keyword constrains values of other types only
+        if key in _SIMPLE:
+            verdict = satisfies(value, key, argument)
+            if verdict is None:
+                raise _Undecided
+            return verdict
+        if key in ("allOf", "anyOf", "oneOf"):
+            if not isinstance(argument, list) or not argument:
+                raise _Undecided
+            passed = self.count(value, argument)
+            return (
+                passed == len(argument)
+                if key == "allOf"
+                else (passed > 0 if key == "anyOf" else passed == 1)
+            )
+        if key == "not":
+            return not self.valid(value, argument)
+        if key == "if":
+            branch = "then" if self.valid(value, argument) else "else"
+            return self.valid(value, schema.get(branch, True))
+        if kind == "object":
+            return self.object_keyword(value, key, argument, schema)
+        if kind == "array":
+            return self.array_keyword(value, key, argument, schema)
+        raise _Undecided  # pattern, format, references, dynamic and unevaluated keywords
+
+    def count(self, value: Any, schemas: Iterable[Any]) -> int:
+        return sum(1 for schema in schemas if self.valid(value, schema))
+
+    def object_keyword(
+        self, value: dict[str, Any], key: str, argument: Any, schema: dict[str, Any]
+    ) -> bool:
+        if key == "properties" and isinstance(argument, dict):
+            return all(self.valid(value[n], s) for n, s in argument.items() if n in value)
+        if key == "additionalProperties" and "patternProperties" not in schema:
+            listed = schema.get("properties", {})
+            if not isinstance(listed, dict):
+                raise _Undecided
+            return all(self.valid(item, argument) for n, item in value.items() if n not in listed)
+        if key == "propertyNames":
+            return all(self.valid(name, argument) for name in value)
+        if key in ("dependentRequired", "dependentSchemas", "dependencies"):
+            if not isinstance(argument, dict):
+                raise _Undecided
+            return all(
+                self.dependency_met(value, need) for n, need in argument.items() if n in value
+            )
+        raise _Undecided  # patternProperties, unevaluatedProperties...
+
+    def dependency_met(self, value: dict[str, Any], need: Any) -> bool:
+        if isinstance(need, list):
+            return all(name in value for name in need)
+        return self.valid(value, need)
+
+    def array_keyword(
+        self, value: list[Any], key: str, argument: Any, schema: dict[str, Any]
+    ) -> bool:
+        if key == "prefixItems" and isinstance(argument, list):
+            return all(self.valid(item, s) for item, s in zip(value, argument, strict=False))
+        prefix = schema.get("prefixItems", [])
+        if key == "items" and "additionalItems" not in schema and isinstance(prefix, list):
+            return all(self.valid(item, argument) for item in value[len(prefix) :])
+        if key == "contains":
+            found = sum(1 for item in value if self.valid(item, argument))
+            least, most = schema.get("minContains", 1), schema.get("maxContains")
+            if not _count(least) or (most is not None and not _count(most)):
+                raise _Undecided
+            return found >= least and (most is None or found <= most)
+        raise _Undecided  # additionalItems, unevaluatedItems...
+
+
+def _of_kind(kind: str, applies_to: frozenset[str]) -> bool:
+    """Whether a value of ``kind`` is among the types a keyword constrains."""
+    return kind in applies_to or (kind == "integer" and "number" in applies_to)
+
+
+def _count(bound: Any) -> bool:
+    return isinstance(bound, int) and not isinstance(bound, bool) and bound >= 0
