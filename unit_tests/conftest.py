@@ -17,7 +17,7 @@ import pytest
 import xgrammar as xgr
 
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
-from grammar_guard.core.routing import RoutedEngine
+from grammar_guard.core.routing import RoutedEngine, route
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
 
@@ -133,6 +133,14 @@ def routed(small: SmallTokenizer, small_llguidance: LLGuidanceEngine) -> RoutedE
 def compact_json_spec(schema: Any) -> GrammarSpec:
     """A JSON-schema request for ``schema`` with compact JSON, as the engine core gets it."""
     return GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
+
+
+def assert_served_and_enforced(routed: RoutedEngine, schema: Any, valid: str, invalid: str) -> None:
+    """``schema`` is routed (not refused), and its grammar takes ``valid`` but not ``invalid``."""
+    spec = compact_json_spec(schema)
+    route(spec)
+    assert routed_accepts(routed, spec, valid)
+    assert not routed_accepts(routed, spec, invalid)
 
 
 def routed_accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:

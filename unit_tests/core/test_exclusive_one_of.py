@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from unit_tests.conftest import compact_json_spec, routed_accepts
+from unit_tests.conftest import assert_served_and_enforced
 from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
 
-from grammar_guard.core.routing import RoutedEngine, route
+from grammar_guard.core.routing import RoutedEngine
 from grammar_guard.core.schema.exclusive_one_of import MAX_SHARED_NAMES
 from grammar_guard.core.schema.rewrite import rewrite_schema
 
@@ -193,10 +193,7 @@ def test_branches_not_proved_exclusive_stay_a_one_of(schema: dict[str, Any]) -> 
 def test_refused_before_now_served_and_enforced(
     routed: RoutedEngine, schema: dict[str, Any], valid: str, invalid: str
 ) -> None:
-    spec = compact_json_spec(schema)
-    route(spec)  # no longer refused
-    assert routed_accepts(routed, spec, valid)
-    assert not routed_accepts(routed, spec, invalid)
+    assert_served_and_enforced(routed, schema, valid, invalid)
 
 
 def test_closed_branches_sharing_many_names_are_not_compared() -> None:

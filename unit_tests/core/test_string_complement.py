@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from unit_tests.conftest import COMPACT, compact_json_spec, routed_accepts
+from unit_tests.conftest import COMPACT, assert_served_and_enforced
 from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
 from unit_tests.llguidance_acceptance import byte_llguidance, llguidance_accepts
 from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisations
 
-from grammar_guard.core.routing import RoutedEngine, route
+from grammar_guard.core.routing import RoutedEngine
 from grammar_guard.core.schema.rewrite import rewrite_schema
 from grammar_guard.core.schema.string_complement import MAX_STRINGS, pattern_outside
 from grammar_guard.core.spec import GrammarSpec, RequestKind
@@ -107,7 +107,4 @@ def test_both_engines_refuse_the_named_strings_and_take_the_others(engine: str) 
 def test_refused_before_now_served_and_enforced(
     routed: RoutedEngine, schema: dict[str, Any], valid: str, invalid: str
 ) -> None:
-    spec = compact_json_spec(schema)
-    route(spec)  # no longer refused
-    assert routed_accepts(routed, spec, valid)
-    assert not routed_accepts(routed, spec, invalid)
+    assert_served_and_enforced(routed, schema, valid, invalid)
