@@ -208,6 +208,18 @@ REWRITTEN.append(
     )
 )
 
+REWRITTEN.append(
+    (
+        "a property of some types negated: an object with it, of the other types",
+        {"not": {"properties": {"a": {"type": "string"}}}},
+        {
+            "type": "object",
+            "required": ["a"],
+            "properties": {"a": {"type": ["null", "boolean", "object", "array", "number"]}},
+        },
+    )
+)
+
 # (id, schema): left exactly as written, each for the reason its id gives.
 KEPT: list[tuple[str, Any]] = [
     ("a pattern negated: no complement", {"not": {"pattern": "^a"}}),
@@ -215,8 +227,11 @@ KEPT: list[tuple[str, Any]] = [
         "integer negated: the numbers that are not integers have no type name",
         {"oneOf": [{"type": "integer"}, {"minimum": 2}]},
     ),
-    ("a property schema negated", {"not": {"properties": {"a": {"type": "string"}}}}),
-    ("an enum beside, which xgrammar reads alone", {"enum": [1, 2], "not": {"minimum": 2}}),
+    (
+        "a property schema negated that is more than types or named values",
+        {"not": {"properties": {"a": {"type": "string", "minLength": 2}}}},
+    ),
+    ("an enum beside, which xgrammar reads alone", {"enum": ["a", "b"], "not": {"pattern": "^a"}}),
     ("a reference beside", {"$defs": {"n": {}}, "$ref": "#/$defs/n", "not": {"minimum": 2}}),
     ("a malformed type", {"type": "integr", "not": {"minimum": 2}}),
     ("an if alone constrains nothing", {"if": {"minimum": 2}}),
@@ -226,10 +241,10 @@ KEPT: list[tuple[str, Any]] = [
         {"oneOf": [{"required": [name, name.upper()]} for name in "abcde"]},
     ),
     (
-        "a string other than those named has no complement here",
+        "a string outside those named, beside a pattern of its own, has no complement here",
         {
             "type": "object",
-            "properties": {"a": {"type": "string"}},
+            "properties": {"a": {"type": "string", "pattern": "^x"}},
             "if": {"properties": {"a": {"const": "x"}}},
             "then": {"required": ["b"]},
         },

@@ -526,14 +526,19 @@ _LITERAL_KEYWORDS = (
 _FORBIDDING = st.fixed_dictionaries(
     {"properties": st.dictionaries(st.sampled_from(_NAMES), st.just(False), min_size=1)}
 )
-# Property values of few kinds, named (a condition's discriminator) or as a finite domain.
+# Property values of few kinds, named (a condition's discriminator), typed, or a finite domain.
 _FEW = st.sampled_from((True, False, None, "a", "b", 2))
 _NAMED = st.one_of(
     st.builds(lambda value: {"const": value}, _FEW),
     st.builds(lambda values: {"enum": values}, st.lists(_FEW, min_size=1, max_size=3)),
 )
+_TYPED = st.builds(lambda kind: {"type": kind}, st.sampled_from((*_TYPES, ["string", "null"])))
 _NAMING = st.fixed_dictionaries(
-    {"properties": st.dictionaries(st.sampled_from(_NAMES), _NAMED, min_size=1, max_size=2)}
+    {
+        "properties": st.dictionaries(
+            st.sampled_from(_NAMES), _NAMED | _TYPED, min_size=1, max_size=2
+        )
+    }
 )
 _DOMAINS = st.dictionaries(
     st.sampled_from(_NAMES),

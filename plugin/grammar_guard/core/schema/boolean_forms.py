@@ -21,8 +21,9 @@ The literals and the complement of each (the values it fails, exactly):
   ``if`` on a flag or a kind does): an object with that property holding
   another value. Merged with what the node says of the property, that
   ``not`` is written as the values left (``"type": "boolean"`` less
-  ``true`` is ``false``); where it cannot be (a string not among some), the
-  node stays as written;
+  ``true`` is ``false``, a string outside some named ones a ``pattern``);
+  where it cannot be, the node stays as written. An entry of types alone:
+  an object with that property of another type;
 - a numeric bound: a number past it (``minimum`` 3 fails below 3, as
   ``exclusiveMaximum`` 3 says); a length or count bound: a string, array or
   object past it.
@@ -365,13 +366,14 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
             for name in dict.fromkeys(value)
         ]
     if key == "properties" and isinstance(value, dict) and value:
-        if all(_values_named(entry) for entry in value.values()):
+        outside = {name: _entry_complement(entry) for name, entry in value.items()}
+        if all(complement is not None for complement in outside.values()):
             return [
                 (
                     _identity(key, {name: entry}),
                     False,
                     {key: {name: entry}},
-                    _object({"required": [name], "properties": {name: {"not": entry}}}),
+                    _object({"required": [name], "properties": {name: outside[name]}}),
                 )
                 for name, entry in value.items()
             ]
@@ -402,11 +404,25 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
     return None
 
 
-def _values_named(entry: Any) -> bool:
-    """Whether a ``properties`` entry only names the values it allows (``const``, ``enum``)."""
-    if not isinstance(entry, dict) or not entry.keys() & {"const", "enum"}:
-        return False
-    return all(key in ("const", "enum", "type") or key in ANNOTATIONS for key in entry)
+def _entry_complement(entry: Any) -> Any:
+    """What a property's value is when it fails a ``properties`` entry; None: not said here.
+
+    For an entry of named values (``const``, ``enum``), their ``not``, which
+    :func:`_values_decided` writes out once merged with the node's own entry;
+    for an entry of types alone, the other types.
+    """
+    if not isinstance(entry, dict) or not all(
+        key in ("const", "enum", "type") or key in ANNOTATIONS for key in entry
+    ):
+        return None
+    if entry.keys() & {"const", "enum"}:
+        return {"not": entry}
+    if "type" not in entry:
+        return None
+    others = types_outside(entry["type"])
+    if not others:
+        return None  # a malformed type, or one that every value has
+    return {"type": list(others) if len(others) > 1 else others[0]}
 
 
 def _values_decided(branch: Any) -> Any:
