@@ -220,6 +220,27 @@ REWRITTEN.append(
     )
 )
 
+REWRITTEN.append(
+    (
+        "a oneOf naming one property's values: each value that exactly one branch names",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "oneOf": [
+                {"properties": {"a": {"const": "x"}}},
+                {"properties": {"a": {"const": "y"}}},
+                {"properties": {"a": {"enum": ["y", "z"]}}},
+            ],
+        },
+        {
+            "anyOf": [
+                {"type": "object", "properties": {"a": {"enum": ["x"]}}, "required": ["a"]},
+                {"type": "object", "properties": {"a": {"enum": ["z"]}}, "required": ["a"]},
+            ]
+        },
+    )
+)
+
 # (id, schema): left exactly as written, each for the reason its id gives.
 KEPT: list[tuple[str, Any]] = [
     ("a pattern negated: no complement", {"not": {"pattern": "^a"}}),
@@ -291,6 +312,9 @@ INSTANCES: list[Any] = [
     {"a": False, "b": -1},
     {"a": "x"},
     {"a": "x", "b": 1},
+    {"a": "y"},
+    {"a": "z"},
+    {"a": "w"},
 ]
 
 

@@ -45,7 +45,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from grammar_guard.core.schema.dependencies import admits_no_object
-from grammar_guard.core.schema.negation import negation_rewritten, type_names, types_outside
+from grammar_guard.core.schema.evaluate import validates
+from grammar_guard.core.schema.negation import (
+    MAX_NAMED_VALUES,
+    negation_rewritten,
+    type_names,
+    types_outside,
+)
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import count_values, is_number
 from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL, TYPE_KINDS
@@ -438,12 +444,44 @@ def _values_decided(branch: Any) -> Any:
         return branch
     decided = {}
     for name, entry in properties.items():
-        if isinstance(entry, dict) and "not" in entry:
-            entry = negation_rewritten(entry)
-            if entry is None or (isinstance(entry, dict) and "not" in entry):
+        if isinstance(entry, dict) and entry.keys() & {"not", "allOf"}:
+            entry = _entry_decided(entry)
+            if entry is None:
                 return None
         decided[name] = entry
     return {**branch, "properties": decided} if decided != properties else branch
+
+
+def _entry_decided(entry: dict[str, Any]) -> Any:
+    """A merged property entry with its ``not``\\ s written out; None where one stays.
+
+    Several complements of one property merge into an ``allOf`` of ``not``\\ s
+    beside the values the node names: those values are then decided one by
+    one against the whole entry (:func:`evaluate.validates`), and the entry
+    is the ``enum`` of those that pass.
+    """
+    named = _named_values(entry)
+    if named is not None:
+        verdicts = [validates(value, entry) for value in named]
+        if None in verdicts:
+            return None
+        left = [value for value, passes in zip(named, verdicts, strict=True) if passes]
+        return {"enum": left} if left else False
+    if "not" not in entry:
+        return entry  # an allOf of the client's own, left as it was
+    written = negation_rewritten(entry)
+    return None if written is None or (isinstance(written, dict) and "not" in written) else written
+
+
+def _named_values(entry: dict[str, Any]) -> list[Any] | None:
+    """The values an entry names (its ``const`` or ``enum``, or an ``allOf`` part's), if few."""
+    for part in [entry, *(entry.get("allOf") or [])]:
+        if not isinstance(part, dict):
+            continue
+        named = [part["const"]] if "const" in part else part.get("enum")
+        if isinstance(named, list) and len(named) <= MAX_NAMED_VALUES:
+            return named
+    return None
 
 
 def _identity(key: str, value: Any) -> str:
