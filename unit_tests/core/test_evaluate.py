@@ -129,3 +129,16 @@ def test_an_enum_beside_a_not_is_the_values_it_leaves(schema: Any, expected: Any
 def test_an_enum_beside_a_not_that_needs_an_engine_stays_as_written() -> None:
     schema = {"enum": ["a", "b"], "not": {"pattern": "^a"}}
     assert "not" in assert_equivalent(schema, ["a", "b", "c"])
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        ({"type": "integr"}, 1),
+        ({"enum": "a"}, "a"),
+        ({"required": "a"}, {"a": 1}),
+        ({"uniqueItems": "yes"}, [1, 1]),
+    ],
+)
+def test_a_malformed_keyword_is_undecided_for_the_engine_to_report(schema: Any, value: Any) -> None:
+    assert validates(value, schema) is None

@@ -49,11 +49,10 @@ from grammar_guard.core.schema.evaluate import validates
 from grammar_guard.core.schema.negation import (
     MAX_NAMED_VALUES,
     negation_rewritten,
-    type_names,
     types_outside,
 )
 from grammar_guard.core.schema.vacuity import can_fail
-from grammar_guard.core.schema.values import count_values, is_number
+from grammar_guard.core.schema.values import count_values, is_number, type_names
 from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL, TYPE_KINDS
 
 # One schema holding exactly when each of several does (AllOfMerger.conjoin).

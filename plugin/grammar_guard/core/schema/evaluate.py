@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from grammar_guard.core.schema.values import json_type, satisfies
+from grammar_guard.core.schema.values import json_type, satisfies, type_names
 from grammar_guard.core.schema.vocabulary import (
     ANNOTATIONS,
     KEYWORD_TYPES,
@@ -95,9 +95,9 @@ class _Evaluation:
         if applies_to is not None and not _of_kind(kind, applies_to):
             return True  # the keyword constrains values of other types only
         if key in _SIMPLE:
-            verdict = satisfies(value, key, argument)
+            verdict = satisfies(value, key, argument) if _well_formed(key, argument) else None
             if verdict is None:
-                raise _Undecided
+                raise _Undecided  # a malformed value too: the engine reports it
             return verdict
         if key in ("allOf", "anyOf", "oneOf"):
             if not isinstance(argument, list) or not argument:
@@ -171,3 +171,14 @@ def _of_kind(kind: str, applies_to: frozenset[str]) -> bool:
 
 def _count(bound: Any) -> bool:
     return isinstance(bound, int) and not isinstance(bound, bool) and bound >= 0
+
+
+def _well_formed(key: str, argument: Any) -> bool:
+    """Whether ``argument`` is what the draft defines for ``key`` (where satisfies assumes it)."""
+    if key == "type":
+        return type_names(argument) is not None
+    if key in ("enum", "required"):
+        return isinstance(argument, list)
+    if key == "uniqueItems":
+        return isinstance(argument, bool)
+    return True

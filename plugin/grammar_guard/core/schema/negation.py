@@ -29,7 +29,7 @@ from typing import Any
 from grammar_guard.core.schema.evaluate import validates
 from grammar_guard.core.schema.string_complement import pattern_outside
 from grammar_guard.core.schema.vacuity import can_fail
-from grammar_guard.core.schema.values import satisfies
+from grammar_guard.core.schema.values import satisfies, type_names
 from grammar_guard.core.schema.vocabulary import TYPE_KINDS
 
 # A schema without "type" allows each of these (and "integer", within "number").
@@ -165,16 +165,6 @@ def types_outside(value: Any) -> tuple[str, ...] | None:
 def _nothing(node: dict[str, Any]) -> Any:
     """``false``, which accepts nothing; None where the node holds definitions to keep."""
     return None if any(key in node for key in _DEFINITIONS) else False
-
-
-def type_names(value: Any) -> tuple[str, ...] | None:
-    """A ``type`` value's names; None if it is not one (an unknown name, an empty list)."""
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not names:
-        return None
-    if not all(isinstance(name, str) and name in TYPE_KINDS for name in names):
-        return None
-    return tuple(names)
 
 
 def _kinds(names: Any) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import decimal
 from typing import Any
 
-from grammar_guard.core.schema.vocabulary import KEYWORD_TYPES
+from grammar_guard.core.schema.vocabulary import KEYWORD_TYPES, TYPE_KINDS
 
 
 def is_number(value: Any) -> bool:
@@ -19,6 +19,16 @@ def type_set(value: Any) -> frozenset[str]:
     if isinstance(value, list):
         return expand_number(frozenset(v for v in value if isinstance(v, str)))
     return frozenset()
+
+
+def type_names(value: Any) -> tuple[str, ...] | None:
+    """A ``type`` value's names; None if it is not one (an unknown name, an empty list)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names:
+        return None
+    if not all(isinstance(name, str) and name in TYPE_KINDS for name in names):
+        return None
+    return tuple(names)
 
 
 def expand_number(types: frozenset[str]) -> frozenset[str]:
