@@ -138,3 +138,11 @@ def test_every_string_a_pattern_matches_starts_as_read() -> None:
     check()
     # Not vacuous: many patterns are read, and they match many strings.
     assert seen["read"] >= 150 and seen["matches"] >= 500, seen
+
+
+def test_hostile_braces_are_read_in_one_pass() -> None:
+    # Each "{" is read where it stands: a text of unclosed ones is not searched
+    # to its end once per brace, and bounds past Python's integer digits parse.
+    assert first_chars("^x" + "a{" * 200_000 + "}") == Chars(False, ((ord("x"), ord("x")),))
+    assert first_chars("^a{" + "9" * 5000 + "}") == Chars(False, ((ord("a"), ord("a")),))
+    assert first_chars("^a{" + "0" * 5000 + ",2}") is None  # may be empty

@@ -14,9 +14,12 @@ depth, so a hostile pattern costs time linear in its length.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 _MAX_DEPTH = 64
+# A quantifier's bounds, read where the brace stands and no further: "{2}", "{0,}", "{1,3}".
+_BOUNDS = re.compile(r"\{([0-9]+)(?:,[0-9]*)?\}")
 _DIGITS = ((ord("0"), ord("9")),)
 _WORD = ((ord("0"), ord("9")), (ord("A"), ord("Z")), (ord("_"), ord("_")), (ord("a"), ord("z")))
 _SIMPLE_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
@@ -175,14 +178,11 @@ class _Reader:
         elif char == "+":
             self.pos += 1
             skip = False
-        elif char == "{" and (end := self.text.find("}", self.pos)) != -1:
-            low = self.text[self.pos + 1 : end].split(",")[0]
-            if not low.isdigit():
-                return False  # a literal brace, read as the next atom
-            self.pos = end + 1
-            skip = int(low) == 0
+        elif char == "{" and (bounds := _BOUNDS.match(self.text, self.pos)):
+            self.pos = bounds.end()
+            skip = not bounds.group(1).strip("0")  # {0}, {00,3}: may occur no time
         else:
-            return False
+            return False  # a brace that opens no bounds is read as the next atom
         if self.peek() == "?":  # lazy
             self.pos += 1
         return skip
