@@ -56,3 +56,18 @@ def test_a_pattern_of_escaped_quotes_at_the_size_limit_is_judged() -> None:
     pattern = '\\"' * (1 << 19)  # 1 MiB of text
     problems = regex_scan.pattern_problems(pattern, PatternSupport())
     assert any("double quote" in problem for problem in problems)
+
+
+@pytest.mark.parametrize(
+    "opening",
+    ["a{", "(?<", "\\u{"],
+    ids=["quantifier-braces", "group-names", "code-point-braces"],
+)
+def test_openings_closed_only_at_the_end_are_read_once(opening: str) -> None:
+    # Each opening was searched for its closing to the text's end, found it
+    # there, judged it no quantifier, name or code point, and moved on by a
+    # character: a quadratic read (a minute at the size limit). Now each is
+    # matched where it stands.
+    pattern = opening * ((1 << 20) // len(opening) - 1) + "}>"
+    problems = regex_scan.pattern_problems(pattern, PatternSupport())
+    assert isinstance(problems, list)

@@ -8,6 +8,7 @@ characters JSON must escape.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from grammar_guard.core.schema.capabilities import PatternSupport
@@ -17,6 +18,11 @@ from grammar_guard.core.schema.capabilities import PatternSupport
 _JSON_SPECIAL = frozenset({0x22, 0x5C, *range(0x20)})
 _SIMPLE_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
 _CLASS_ESCAPES = frozenset("dDwWsS")
+# Read where they start and no further, so that a text of unclosed braces or
+# angle brackets costs one pass, not one search to its end per opening.
+_BOUNDS = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
+_GROUP_NAME = re.compile(r"\?<[^>()|]*>")
+_CODE_POINT = re.compile(r"\{([0-9A-Fa-f]{1,8})\}")
 
 
 @dataclass
@@ -76,17 +82,10 @@ class _RegexScan:
         if text[start] in "*+?":
             self.pos += 1
         elif text[start] == "{":
-            end = text.find("}", start)
-            body = text[start + 1 : end] if end != -1 else ""
-            parts = body.split(",")
-            if (
-                end == -1
-                or not parts[0].isdigit()
-                or len(parts) > 2
-                or (len(parts) == 2 and parts[1] and not parts[1].isdigit())
-            ):
-                return False
-            self.pos = end + 1
+            bounds = _BOUNDS.match(text, start)
+            if bounds is None:
+                return False  # a literal brace
+            self.pos = bounds.end()
         else:
             return False
         if self.pos < len(text) and text[self.pos] in "?+":  # lazy / possessive
@@ -127,8 +126,8 @@ class _RegexScan:
         elif text.startswith("?:", self.pos):
             self.pos += 2
         elif text.startswith("?<", self.pos):
-            end = text.find(">", self.pos)
-            self.pos = end + 1 if end != -1 else self.pos + 2
+            name = _GROUP_NAME.match(text, self.pos)
+            self.pos = name.end() if name else self.pos + 2
         if kind == "lookaround":
             self.note("lookaround", "lookahead and lookbehind assertions are not enforced")
         self.depth += 1
@@ -169,12 +168,9 @@ class _RegexScan:
         elif char == "x" and _is_hex(text[self.pos : self.pos + 2], 2):
             code = int(text[self.pos : self.pos + 2], 16)
             self.pos += 2
-        elif char == "u" and text.startswith("{", self.pos):
-            end = text.find("}", self.pos)
-            digits = text[self.pos + 1 : end] if end != -1 else ""
-            code = int(digits, 16) if digits and _is_hex(digits, len(digits)) else ord("u")
-            if end != -1 and code != ord("u"):
-                self.pos = end + 1
+        elif char == "u" and (point := _CODE_POINT.match(text, self.pos)):
+            code = int(point.group(1), 16)
+            self.pos = point.end()
         elif char == "u" and _is_hex(text[self.pos : self.pos + 4], 4):
             code = int(text[self.pos : self.pos + 4], 16)
             self.pos += 4
