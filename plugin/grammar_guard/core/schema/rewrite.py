@@ -89,7 +89,7 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation,dependencies-any-of:3,combinators-any-of,unevaluated-as-adjacent,"
+    "negation:2,dependencies-any-of:3,combinators-any-of:2,unevaluated-as-adjacent,"
     "ecma-whitespace-written,exclusive-one-of-any-of:2"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
