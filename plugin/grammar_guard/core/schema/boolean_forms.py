@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from grammar_guard.core.schema.dependencies import admits_no_object
-from grammar_guard.core.schema.evaluate import validates
+from grammar_guard.core.schema.evaluate import values_split
 from grammar_guard.core.schema.negation import (
     MAX_NAMED_VALUES,
     negation_rewritten,
@@ -461,10 +461,10 @@ def _entry_decided(entry: dict[str, Any]) -> Any:
     """
     named = _named_values(entry)
     if named is not None:
-        verdicts = [validates(value, entry) for value in named]
-        if None in verdicts:
+        split = values_split(named, entry)
+        if split is None:
             return None
-        left = [value for value, passes in zip(named, verdicts, strict=True) if passes]
+        left, _ = split
         return {"enum": left} if left else False
     if "not" not in entry:
         return entry  # an allOf of the client's own, left as it was

@@ -54,6 +54,20 @@ def validates(value: Any, schema: Any) -> bool | None:
         return None
 
 
+def values_split(values: list[Any], schema: Any) -> tuple[list[Any], list[Any]] | None:
+    """``values`` valid against ``schema`` and those not, each in order; None if one is undecided.
+
+    Split by position, not by equality: ``true`` and ``1`` are different JSON values.
+    """
+    verdicts = [validates(value, schema) for value in values]
+    if None in verdicts:
+        return None
+    return (
+        [value for value, passes in zip(values, verdicts, strict=True) if passes],
+        [value for value, passes in zip(values, verdicts, strict=True) if not passes],
+    )
+
+
 class _Evaluation:
     def __init__(self) -> None:
         self.visits = 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grammar_guard.core.schema.evaluate import validates
+from grammar_guard.core.schema.evaluate import values_split
 from grammar_guard.core.schema.string_complement import pattern_outside
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import satisfies, type_names
@@ -125,10 +125,10 @@ def _named_values_left(node: dict[str, Any], rest: dict[str, Any], negated: Any)
     named = node["enum"] if "enum" in node else [node["const"]]
     if not isinstance(named, list) or len(named) > MAX_NAMED_VALUES:
         return None
-    verdicts = [validates(value, negated) for value in named]
-    if None in verdicts:
+    split = values_split(named, negated)
+    if split is None:
         return None
-    left = [value for value, excluded in zip(named, verdicts, strict=True) if not excluded]
+    _, left = split
     if not left:
         return _nothing(node)
     return rest if "const" in node and "enum" not in node else {**rest, "enum": left}
