@@ -91,12 +91,22 @@ def _deep_request_body(levels: int) -> Callable[[str], bytes]:
     return raw_body(body)
 
 
+# Strings a JSON schema names may hold control characters: the engines read
+# the schema as JSON text, where they stay escaped, and the output writes them
+# escaped. Raw ones in any request text, and any in a choice or a structural
+# tag (which reach native code as they are), are refused.
+NAMED_WITH_CONTROLS = {
+    "type": "object",
+    "properties": {"a\x00": {"const": 1}, "b\x01c": {"enum": ["d\x7f"]}},
+    "required": ["a\x00", "b\x01c"],
+    "additionalProperties": False,
+}
+
+
 def _control_characters() -> list[Case]:
     return [
         schema_refused("nul-in-schema-text", '{"type": "string"}\x00', "U+0000"),
-        schema_refused("nul-escape-in-schema-text", '{"properties": {"a\\u0000": {}}}', "U+0000"),
-        schema_refused("control-char-in-property-name", {"properties": {"a\x01b": {}}}, "U+0001"),
-        schema_refused("del-in-enum-value", {"enum": ["a\x7f"]}, "U+007F"),
+        schema_constrained("control-characters-in-schema-strings", NAMED_WITH_CONTROLS),
         schema_refused(
             "lone-surrogate-in-property-name",
             {"properties": {"\ud800": {}}},
@@ -119,20 +129,18 @@ def _control_characters() -> list[Case]:
             ),
             "U+0000",
         ),
-        refused(
-            "nul-in-response-format-schema",
+        constrained(
+            "control-characters-in-response-format-schema",
             chat(
                 response_format={
                     "type": "json_schema",
-                    "json_schema": {
-                        "name": "x",
-                        "schema": {"type": "object", "properties": {"a\x00": {}}},
-                    },
+                    "json_schema": {"name": "x", "schema": NAMED_WITH_CONTROLS},
                 }
             ),
-            "U+0000",
+            json_output(NAMED_WITH_CONTROLS),
             CHAT,
         ),
+        # vLLM 0.32 asks for tool calls with a structural tag: refused there.
         refused(
             "nul-in-tool-parameters",
             chat(

@@ -87,18 +87,26 @@ def test_raw_control_character_is_refused_naming_it(
 
 
 @pytest.mark.parametrize("code_point", [0x00, 0x01, 0x1F, 0x7F])
-def test_control_character_as_json_escape_is_refused(code_point: int) -> None:
+def test_control_character_as_json_escape_is_refused_outside_a_schema(code_point: int) -> None:
     # The text itself is clean ASCII; the control character only exists once decoded.
     escape = f"\\u{code_point:04x}"
-    source = '{"type": "string", "description": "ab' + escape + 'c"}'
-    assert all(ord(char) >= 0x20 for char in source)
-    assert f"U+{code_point:04X}" in refusal(RequestKind.JSON_SCHEMA, source)
+    choices = '["ab' + escape + 'c"]'
+    assert all(ord(char) >= 0x20 for char in choices)
+    assert f"U+{code_point:04X}" in refusal(RequestKind.CHOICE, choices)
+
+
+@pytest.mark.parametrize("code_point", [0x00, 0x01, 0x1F, 0x7F])
+def test_control_character_as_json_escape_in_a_schema_stays_escaped(code_point: int) -> None:
+    # A schema reaches the engines as JSON text only (test_schema_control_characters.py).
+    source = '{"type": "string", "const": "ab\\u' + f"{code_point:04x}" + 'c"}'
+    text = build(RequestKind.JSON_SCHEMA, source).text
+    assert all(0x20 <= ord(char) != 0x7F for char in text)
+    assert json.loads(text)["const"] == f"ab{chr(code_point)}c"
 
 
 @pytest.mark.parametrize(
     ("kind", "source"),
     [
-        (RequestKind.JSON_SCHEMA, {"type": "string", "const": "a\x00b"}),
         (RequestKind.CHOICE, ["ok", "a\x00b"]),
         (RequestKind.CHOICE, '["ok", "a\\u0000b"]'),
         (

@@ -73,18 +73,22 @@ def quoted_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
-def check_json_value(field: str, document: object) -> None:
+def check_json_value(field: str, document: object, *, controls_in_strings: bool = False) -> None:
     """Check a parsed (or caller-built) JSON value: depth, object keys and every string in it.
 
     Walks without recursion, so a hostile nesting depth (or a cycle) ends in
     a refusal, not a ``RecursionError``. Strings are checked here because a
     control character written as a JSON escape only exists once decoded.
+    ``controls_in_strings`` lets them through, for a JSON schema: it reaches
+    an engine only as JSON text, where they stay escaped, and its analysis
+    keeps a NUL out of xgrammar's regex reader.
     """
     pending: list[tuple[object, int]] = [(document, 1)]
     while pending:
         node, depth = pending.pop()
         if isinstance(node, str):
-            check_text(field, node)
+            if not controls_in_strings:
+                check_text(field, node)
             continue
         if isinstance(node, dict):
             _check_keys(field, node)

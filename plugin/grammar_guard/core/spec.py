@@ -109,11 +109,14 @@ def _canonical_json(
         raise InvalidGrammarError(
             f"{kind.value} must be JSON text or a JSON value, got {type(source).__name__}"
         )
-    check_json_value(kind.value, document)
+    check_json_value(kind.value, document, controls_in_strings=kind is RequestKind.JSON_SCHEMA)
     try:
         text = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidGrammarError(f"{kind.value} is not serialisable as JSON: {exc}") from exc
+    # json.dumps escapes every control character but DEL, which can only be
+    # in a string here: escaped too, the text holds none raw.
+    text = text.replace("\x7f", "\\u007f")
     check_text(kind.value, text)  # the size limit, for values built by the caller
     if kind is RequestKind.JSON_SCHEMA and not isinstance(document, dict | bool):
         raise InvalidGrammarError(

@@ -495,7 +495,7 @@ def _fits(result: Any, document: Any) -> bool:
     if count_values(result, limit) > limit:
         return False
     try:
-        check_json_value("json_schema", result)
+        check_json_value("json_schema", result, controls_in_strings=True)
     except InvalidGrammarError:
         return False
     return True
