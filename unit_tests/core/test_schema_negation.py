@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from unit_tests.conftest import compact_json_spec, routed_accepts
 from unit_tests.core.test_schema_rewrite_equivalence import assert_equivalent
 
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.routing import EngineName, RoutedEngine, route
 from grammar_guard.core.schema.analysis import analyze
+from grammar_guard.core.schema.negation import values_outside
 from grammar_guard.core.schema.rewrite import rewrite_schema
+from grammar_guard.core.schema.values import json_equal
 from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
 
 NOT_NUMBER = ["null", "boolean", "object", "array", "string"]
@@ -82,6 +87,24 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
     ("a const the not lets through", {"const": "a", "not": {"enum": ["b"]}}, {"const": "a"}),
     ("true is not 1", {"enum": [True, 1], "not": {"const": 1}}, {"enum": [True]}),
     (
+        "a value of an integer: the integers on each side",
+        {"type": "integer", "not": {"const": 3}},
+        {"anyOf": [{"type": "integer", "maximum": 2}, {"type": "integer", "minimum": 4}]},
+    ),
+    (
+        "named values of any type: the other types, and the numbers and strings around them",
+        {"not": {"enum": [True, 1, "a"]}},
+        {
+            "anyOf": [
+                {"type": ["null", "object", "array"]},
+                {"const": False},
+                {"type": "string", "pattern": "^(?:|[^a](?:[^a]|a)*|a(?:(?:[^a]|a)+))$"},
+                {"type": "number", "exclusiveMaximum": 1},
+                {"type": "number", "exclusiveMinimum": 1},
+            ]
+        },
+    ),
+    (
         "a not of more than a type: its bound's complement (boolean_forms.py)",
         {"type": "string", "not": {"type": "string", "maxLength": 2}},
         {"type": "string", "minLength": 3},
@@ -92,7 +115,7 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
 KEPT: list[tuple[str, Any]] = [
     ("not an integer: the other numbers have no type name", {"not": {"type": "integer"}}),
     ("not an integer, of numbers", {"type": "number", "not": {"type": ["integer", "string"]}}),
-    ("a value of an integer", {"type": "integer", "not": {"const": 3}}),
+    ("an object among the values: no schema says the other objects", {"not": {"const": {}}}),
     ("a not of a pattern", {"enum": ["a", "b"], "not": {"type": "string", "pattern": "^a"}}),
     ("a not of a reference", {"$defs": {"n": {"type": "null"}}, "not": {"$ref": "#/$defs/n"}}),
     ("definitions a false schema would lose", {"$defs": {"n": {}}, "not": {}}),
@@ -115,6 +138,37 @@ def test_each_not_is_written_as_what_it_leaves(schema: Any, expected: Any) -> No
 @pytest.mark.parametrize("schema", [k[1] for k in KEPT], ids=[k[0] for k in KEPT])
 def test_what_no_exact_rewrite_exists_for_is_left_as_written(schema: Any) -> None:
     assert rewrite_schema(schema) is schema
+
+
+_TYPE_NAMES = ("null", "boolean", "object", "array", "string", "integer", "number")
+_NUMBERS = (-2, 0, 1, 3, 4, 1.5, 2.0)
+_NAMED = st.lists(
+    st.none() | st.booleans() | st.sampled_from(_NUMBERS) | st.sampled_from(("", "a", "ab", "b")),
+    max_size=6,
+)
+# Every type, each named number and its neighbours, integers and fractions.
+_PROBES = [
+    *(None, True, False, "", "a", "ab", "b", "abc", "ba", [], {}),
+    *(number + step for number in _NUMBERS for step in (-1, -0.5, 0, 0.5, 1)),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    named=_NAMED,
+    types=st.lists(st.sampled_from(_TYPE_NAMES), min_size=1, max_size=3, unique=True),
+)
+def test_values_outside_holds_exactly_the_values_of_its_types_not_named(
+    named: list[Any], types: list[str]
+) -> None:
+    outside = values_outside(named, tuple(types))
+    assert outside is not None
+    for value in _PROBES:
+        expected = jsonschema.Draft202012Validator({"type": types}).is_valid(value) and not any(
+            json_equal(value, name) for name in named
+        )
+        got = jsonschema.Draft202012Validator(outside).is_valid(value)
+        assert got == expected, (named, types, outside, value)
 
 
 # --- the engines serve what they refused before ------------------------------------------

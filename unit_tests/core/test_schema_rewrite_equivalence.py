@@ -478,6 +478,8 @@ _NEGATED = st.one_of(
     st.fixed_dictionaries({"type": _keyword_values(1)["type"] | _NUMERIC_TYPES}),
     st.fixed_dictionaries({"enum": st.lists(_SCALARS, min_size=1, max_size=4)}),
     st.fixed_dictionaries({"const": _SCALARS}),
+    # Several integers: the ranges between them are where integers and numbers differ.
+    st.fixed_dictionaries({"enum": st.lists(st.sampled_from(_NUMBERS), min_size=2, max_size=4)}),
     st.fixed_dictionaries(
         {"type": _keyword_values(1)["type"]},
         optional={"enum": st.lists(_SCALARS, min_size=1, max_size=4), "minimum": _BOUNDS},
@@ -515,7 +517,7 @@ def _negation_outcome(schema: Any, rewritten: Any) -> str:
 
 def test_negations_written_out_accept_exactly_what_the_not_accepts() -> None:
     seen = _run(negation_schemas(), _negation_outcome, 300, _negation_instances)
-    assert seen["written, some valid"] >= 60 and seen["kept"] >= 30, seen
+    assert seen["written, some valid"] >= 60 and seen["kept"] >= 5, seen
 
 
 # Combinators: oneOf, not and if over schemas of literals (and some that are not).
@@ -527,7 +529,7 @@ _FORBIDDING = st.fixed_dictionaries(
     {"properties": st.dictionaries(st.sampled_from(_NAMES), st.just(False), min_size=1)}
 )
 # Property values of few kinds, named (a condition's discriminator), typed, or a finite domain.
-_FEW = st.sampled_from((True, False, None, "a", "b", 2))
+_FEW = st.sampled_from((True, False, None, "a", "b", 2, 2.5, -1))
 _NAMED = st.one_of(
     st.builds(lambda value: {"const": value}, _FEW),
     st.builds(lambda values: {"enum": values}, st.lists(_FEW, min_size=1, max_size=3)),
@@ -553,7 +555,7 @@ def _combined_parts(draw: st.DrawFn, depth: int) -> Any:
     """A schema of literals, sometimes with a keyword that has no complement, or nested."""
     if depth < 1 and draw(st.integers(0, 3)) == 0:
         return draw(combinator_schemas(depth + 1))
-    part = draw(_schemas(depth=1, keywords=_LITERAL_KEYWORDS) | _FORBIDDING | _NAMING)
+    part = draw(_schemas(depth=1, keywords=_LITERAL_KEYWORDS) | _FORBIDDING | _NAMING | _NAMED)
     if draw(st.integers(0, 5)) == 0:
         part["pattern"] = draw(_PATTERNS)  # no complement: kept where negated
     return draw(st.sampled_from((part, True, False))) if draw(st.integers(0, 9)) == 0 else part

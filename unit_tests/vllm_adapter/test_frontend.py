@@ -166,7 +166,7 @@ def _two_idn_hostnames_and_a_not(tag: str) -> dict[str, Any]:
             # idn-hostname: a format no exact pattern stands for (formats.py), so unenforced.
             "from": {"type": "string", "format": "idn-hostname"},
             "to": {"type": "string", "format": "idn-hostname"},
-            "n": {"type": "integer", "not": {"const": 0}},
+            "n": {"type": "number", "not": {"type": "integer"}},  # fractions: no type says them
         },
     }
 
@@ -227,8 +227,8 @@ def test_warn_mode_logs_the_client_s_text_escaped_and_cut(monkeypatch: pytest.Mo
     recorder = _Recorder()
     monkeypatch.setattr(frontend, "logger", recorder)
     forged = "x\r\nERROR grammar-guard: forged line\u2028" + "y" * 10_000
-    nonzero = {"type": "integer", "not": {"const": 0}}
-    _validate(GUARD, json={"type": "object", "properties": {forged: nonzero}})
+    fraction = {"type": "number", "not": {"type": "integer"}}
+    _validate(GUARD, json={"type": "object", "properties": {forged: fraction}})
     [line] = recorder.warnings
     assert line.isprintable()  # no line break, carriage return or escape of the client's
     assert "'/properties/x\\r\\nERROR grammar-guard: forged line\\u2028yyy" in line

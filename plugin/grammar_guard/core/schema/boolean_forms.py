@@ -50,6 +50,7 @@ from grammar_guard.core.schema.negation import (
     MAX_NAMED_VALUES,
     negation_rewritten,
     types_outside,
+    values_outside,
 )
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import count_values, is_number, type_names
@@ -163,14 +164,16 @@ def combinators_as_any_of(
     for term in terms:
         if not _term_kinds(term) & rest_kinds:
             continue  # no type in common with the rest of the node: no value
-        branch = _values_decided(conjoin([rest, *(schema for _, _, schema in term)]))
-        if branch is None:
-            return None  # a property value's complement left as a `not`
-        branch = _without_empty_types(branch)
-        if isinstance(branch, dict) and "allOf" in branch:
-            return None  # the parts do not merge into one schema
-        if branch is not False:
-            branches.setdefault(json.dumps(branch, sort_keys=True), branch)
+        joined = conjoin([rest, *(schema for _, _, schema in term)])
+        for part in _spread(joined, conjoin):
+            branch = _values_decided(part)
+            if branch is None:
+                return None  # a property value's complement left as a `not`
+            branch = _without_empty_types(branch)
+            if isinstance(branch, dict) and "allOf" in branch:
+                return None  # the parts do not merge into one schema
+            if branch is not False:
+                branches.setdefault(json.dumps(branch, sort_keys=True), branch)
     if len(branches) > MAX_BRANCHES:
         return None
     if not branches:
@@ -182,6 +185,22 @@ def combinators_as_any_of(
         result = {**beside, "anyOf": list(branches.values())}
     limit = _GROWTH * count_values(written, _MAX_COUNTED) + _GROWTH_SLACK
     return result if count_values(result, limit) <= limit else None
+
+
+def _spread(branch: Any, conjoin: Conjoin) -> list[Any]:
+    """``branch`` as one branch per part of its ``anyOf``, each joined with the rest of it.
+
+    Such an ``anyOf`` is the complement of named values (:func:`values_outside`);
+    beside other keywords xgrammar would read it alone.
+    """
+    if not isinstance(branch, dict) or not isinstance(branch.get("anyOf"), list):
+        return [branch]
+    rest = {key: value for key, value in branch.items() if key != "anyOf"}
+    kinds = _kinds_of(rest) or _ALL_KINDS
+    # A part of no type the rest admits holds no value (and would not merge).
+    return [
+        conjoin([rest, part]) for part in branch["anyOf"] if (_kinds_of(part) or _ALL_KINDS) & kinds
+    ] or [False]
 
 
 # --- disjunctive normal form
@@ -398,6 +417,10 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
             )
             for name in value
         ]
+    if key in ("const", "enum"):
+        named = [value] if key == "const" else value
+        outside = values_outside(named, _ALL_TYPES) if isinstance(named, list) and named else None
+        return None if outside is None else [(_identity(key, value), False, {key: value}, outside)]
     if key in _BOUNDS and is_number(value):
         kind, opposite = _BOUNDS[key]
         return [(_identity(key, value), False, {key: value}, {"type": kind, opposite: value})]

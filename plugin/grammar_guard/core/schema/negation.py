@@ -9,9 +9,10 @@
   (or ``false`` where none is); beside an ``enum`` or ``const``, a ``not``
   of any schema :func:`evaluate.validates` decides for each value (up to
   64 of them);
-- a string schema and a ``not`` of named values (``const``, ``enum``): the
-  other strings, as a ``pattern`` (:mod:`string_complement`), where the
-  schema has none of its own;
+- any other schema and a ``not`` of named values (``const``, ``enum``): the
+  values of its types outside them (:func:`values_outside`): the other
+  types, booleans and strings (a ``pattern``, :mod:`string_complement`),
+  the ranges between the named numbers;
 - ``"not": {"type": ...}`` otherwise: the schema's own types (all of them
   if it has none) less the negated ones, as its ``type``, where type names
   can say it. ``integer`` is part of ``number``, but the numbers that are
@@ -24,12 +25,19 @@ Every other ``not`` stays as written, and is refused as before.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from grammar_guard.core.schema.evaluate import values_split
 from grammar_guard.core.schema.string_complement import pattern_outside
 from grammar_guard.core.schema.vacuity import can_fail
-from grammar_guard.core.schema.values import satisfies, type_names
+from grammar_guard.core.schema.values import (
+    canonical,
+    is_number,
+    json_type,
+    satisfies,
+    type_names,
+)
 from grammar_guard.core.schema.vocabulary import TYPE_KINDS
 
 # A schema without "type" allows each of these (and "integer", within "number").
@@ -77,23 +85,100 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
         return _values_left(node, rest, own_types, constraints)
     if constraints.keys() == {"type"}:
         return _types_left(node, rest, own_types, constraints["type"])
-    if own_types == ("string",) and "type" not in constraints and "pattern" not in node:
-        return _strings_left(node, rest, constraints)
+    if "type" not in constraints:
+        return _named_left(node, rest, own_types, constraints)
     return None
 
 
-def _strings_left(node: dict[str, Any], rest: dict[str, Any], negated: dict[str, Any]) -> Any:
-    """``rest`` matching the strings the negated ``const``/``enum`` rejects; None past bounds."""
+def _named_left(
+    node: dict[str, Any], rest: dict[str, Any], own_types: tuple[str, ...], negated: dict[str, Any]
+) -> Any:
+    """``rest`` less the values the negated ``const``/``enum`` names; None where not written."""
     named = [negated["const"]] if "const" in negated else negated["enum"]
-    excluded = [
-        value
-        for value in named
-        if isinstance(value, str) and all(satisfies(value, k, v) for k, v in negated.items())
-    ]
-    if not excluded:
-        return rest
-    pattern = pattern_outside(excluded)
-    return None if pattern is None else {**rest, "pattern": pattern}
+    excluded = [value for value in named if all(satisfies(value, k, v) for k, v in negated.items())]
+    outside = values_outside(excluded, own_types)
+    if outside is None:
+        return None
+    if outside is False:
+        return _nothing(node)
+    if "anyOf" not in outside and not (outside.keys() - {"type"}) & rest.keys():
+        return {**rest, **outside}  # its types are among the node's own
+    if "anyOf" in rest:
+        return None
+    return {**rest, "anyOf": outside.get("anyOf", [outside])}
+
+
+def values_outside(named: list[Any], types: tuple[str, ...]) -> Any:
+    """A schema of exactly the values of ``types`` not among ``named``; None where not written.
+
+    Each type whose values ``named`` leaves whole is kept as a type name;
+    booleans left are named; strings left are a :mod:`string_complement`
+    pattern; numbers left are the ranges between the named ones, bounds
+    excluded. ``false`` where no value is left. None for more than
+    :data:`MAX_NAMED_VALUES` values, an object or array among the values of
+    those types (no schema says "any object but this one"), or strings past
+    the pattern's bounds.
+    """
+    kinds = _kinds(types)
+    if len(named) > MAX_NAMED_VALUES or any(
+        json_type(value) in ("object", "array") and json_type(value) in kinds for value in named
+    ):
+        return None
+    whole = [name for name in ("object", "array") if name in kinds]
+    if "null" in kinds and None not in named:
+        whole.insert(0, "null")
+    branches: list[Any] = []
+    booleans = [flag for flag in (True, False) if not any(value is flag for value in named)]
+    if "boolean" in kinds and len(booleans) == 2:
+        whole.append("boolean")
+    elif "boolean" in kinds:
+        branches.extend({"const": flag} for flag in booleans)
+    strings = [value for value in named if isinstance(value, str)]
+    if "string" in kinds and not strings:
+        whole.append("string")
+    elif "string" in kinds:
+        pattern = pattern_outside(strings)
+        if pattern is None:
+            return None
+        branches.append({"type": "string", "pattern": pattern})
+    if "integer" in kinds:
+        numbers = _numbers_left([value for value in named if is_number(value)], kinds)
+        whole.extend(numbers[0])
+        branches.extend(numbers[1])
+    if whole:
+        branches.insert(0, {"type": whole[0] if len(whole) == 1 else whole})
+    if not branches:
+        return False
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _numbers_left(named: list[Any], kinds: set[str]) -> tuple[list[str], list[Any]]:
+    """The numbers of ``kinds`` other than ``named``: a whole type name, or ranges between them.
+
+    Integers alone are bounded inclusively by the integers next to the
+    named ones (a named fraction is no integer, and excludes none).
+    """
+    name = "number" if "fraction" in kinds else "integer"
+    if name == "integer":
+        named = [int(value) for value in named if float(value).is_integer()]
+    points = sorted({canonical(value): value for value in named}.values())
+    if not points:
+        return [name], []
+    first, last = points[0], points[-1]
+    if name == "number":
+        between = [
+            {"exclusiveMinimum": low, "exclusiveMaximum": high}
+            for low, high in itertools.pairwise(points)
+        ]
+        ranges = [{"exclusiveMaximum": first}, *between, {"exclusiveMinimum": last}]
+    else:
+        between = [
+            {"minimum": low + 1, "maximum": high - 1}
+            for low, high in itertools.pairwise(points)
+            if high - low > 1
+        ]
+        ranges = [{"maximum": first - 1}, *between, {"minimum": last + 1}]
+    return [], [{"type": name, **bounds} for bounds in ranges]
 
 
 def _values_left(

@@ -11,7 +11,8 @@ what they leave unenforced read the rewritten schema:
 - a ``format`` with an exact pattern (:mod:`~grammar_guard.core.schema.formats`)
   written as that ``pattern``: both apply to strings only;
 - the simplest ``not``\\ s written as what they leave: ``false`` for a ``not``
-  of everything, the types or the finitely many values left
+  of everything, the types or the finitely many values left, or the values
+  of the schema's types outside some named ones
   (:mod:`~grammar_guard.core.schema.negation`);
 - a ``oneOf`` whose branches no value satisfies two of, as ``anyOf``
   (:mod:`~grammar_guard.core.schema.exclusive_one_of`);
@@ -89,7 +90,7 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation:2,dependencies-any-of:3,combinators-any-of:2,unevaluated-as-adjacent,"
+    "negation:3,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
     "ecma-whitespace-written,exclusive-one-of-any-of:2"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
