@@ -174,8 +174,8 @@ def combinators_as_any_of(
                 return None  # the parts do not merge into one schema
             if branch is not False:
                 branches.setdefault(json.dumps(branch, sort_keys=True), branch)
-    if len(branches) > MAX_BRANCHES:
-        return None
+            if len(branches) > MAX_BRANCHES:
+                return None  # stopped here: a term may spread into many branches
     if not branches:
         return None if beside.keys() & {"$defs", "definitions"} else False
     if len(branches) == 1:
