@@ -171,6 +171,16 @@ def test_values_outside_holds_exactly_the_values_of_its_types_not_named(
         assert got == expected, (named, types, outside, value)
 
 
+def test_an_integer_past_the_floats_is_bounded_as_an_integer() -> None:
+    huge = 10**400  # JSON allows it; float() of it overflows
+    assert values_outside([huge, 1.5], ("integer",)) == {
+        "anyOf": [
+            {"type": "integer", "maximum": huge - 1},
+            {"type": "integer", "minimum": huge + 1},
+        ]
+    }
+
+
 # --- the engines serve what they refused before ------------------------------------------
 
 

@@ -80,8 +80,9 @@ def check_json_value(field: str, document: object, *, controls_in_strings: bool 
     a refusal, not a ``RecursionError``. Strings are checked here because a
     control character written as a JSON escape only exists once decoded.
     ``controls_in_strings`` lets them through, for a JSON schema: it reaches
-    an engine only as JSON text, where they stay escaped, and its analysis
-    keeps a NUL out of xgrammar's regex reader.
+    an engine only as JSON text, where they stay escaped. A NUL in a pattern
+    reaches xgrammar's regex reader, which (0.2.8 on, as setup.cfg requires)
+    refuses it rather than read a C string.
     """
     pending: list[tuple[object, int]] = [(document, 1)]
     while pending:

@@ -160,7 +160,8 @@ def _numbers_left(named: list[Any], kinds: set[str]) -> tuple[list[str], list[An
     """
     name = "number" if "fraction" in kinds else "integer"
     if name == "integer":
-        named = [int(value) for value in named if float(value).is_integer()]
+        # An int is whole as it is (float() of one past 1e308 would overflow).
+        named = [int(value) for value in named if isinstance(value, int) or value.is_integer()]
     points = sorted({canonical(value): value for value in named}.values())
     if not points:
         return [name], []
