@@ -23,6 +23,7 @@ from unit_tests.core.test_schema_rewrite_equivalence import (
 )
 
 from grammar_guard.core.schema.evaluate import MAX_DEPTH, MAX_VISITS, validates
+from grammar_guard.core.schema.string_complement import pattern_outside
 
 
 @st.composite
@@ -76,6 +77,20 @@ def test_every_verdict_is_the_oracle_s() -> None:
 )
 def test_what_needs_an_engine_or_a_place_is_undecided(schema: Any, value: Any) -> None:
     assert validates(value, schema) is None
+
+
+def test_a_pattern_the_rewrite_wrote_for_strings_outside_some_is_decided_by_them() -> None:
+    # The inner not of a schema is rewritten first; the enum beside the outer
+    # one is then decided against that (Synthesized enum_id6: was refused).
+    outside = {"type": "string", "pattern": pattern_outside(["bar", "b"])}
+    assert [validates(value, outside) for value in ("bar", "b", "ba", "", 1)] == [
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert validates("bar", {"pattern": pattern_outside(["bar"]) + "?"}) is None
 
 
 def test_a_failing_keyword_decides_beside_an_undecided_one() -> None:

@@ -20,7 +20,11 @@ from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisati
 
 from grammar_guard.core.routing import RoutedEngine
 from grammar_guard.core.schema.rewrite import rewrite_schema
-from grammar_guard.core.schema.string_complement import MAX_STRINGS, pattern_outside
+from grammar_guard.core.schema.string_complement import (
+    MAX_STRINGS,
+    pattern_outside,
+    strings_outside,
+)
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 
 # Characters a pattern reads specially, inside a class or out, and some that are not.
@@ -40,6 +44,30 @@ def test_the_pattern_matches_exactly_the_strings_not_named(
     compiled = re.compile(pattern)
     for string in [*named, *others]:
         assert bool(compiled.search(string)) == (string not in named), (pattern, string)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(st.text(_ALPHABET.replace("\n", ""), max_size=4), min_size=1, max_size=5),
+    st.integers(0, 10_000),
+    st.sampled_from(("", "a", "|", ")", "(?:", "\\", "]")),
+)
+def test_the_named_strings_are_read_back_from_the_pattern_and_from_nothing_else(
+    named: list[str], cut: int, inserted: str
+) -> None:
+    pattern = pattern_outside(named)
+    assert pattern is not None
+    assert strings_outside(pattern) == frozenset(named)
+    # Any other text, here the pattern with something inserted, is another
+    # regex: read only if it says the complement of its strings exactly.
+    other = pattern[: cut % len(pattern)] + inserted + pattern[cut % len(pattern) :]
+    read = strings_outside(other)
+    assert read is None or pattern_outside(read) == other
+
+
+def test_a_pattern_of_the_client_s_is_not_read_as_named_strings() -> None:
+    assert strings_outside("^(?:a|b)$") is None
+    assert strings_outside("^a") is None
 
 
 def test_past_the_bounds_or_with_a_control_character_there_is_no_pattern() -> None:

@@ -6,7 +6,9 @@ not, and what is left is an ``enum`` both engines enforce. This evaluator
 answers for the assertions it can decide exactly and says None for the rest
 (``pattern`` and ``format``, which would need a regular-expression engine
 on client text, references, dynamic and unevaluated keywords), so that a
-caller never rewrites on a guess. Unknown keywords constrain nothing, as
+caller never rewrites on a guess. A ``pattern`` the rewrite wrote for the
+strings outside some named ones (:mod:`string_complement`) is decided by
+those strings. Unknown keywords constrain nothing, as
 everywhere in the analysis.
 
 The work is bounded by a budget of subschema visits per call and a depth,
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from grammar_guard.core.schema.string_complement import strings_outside
 from grammar_guard.core.schema.values import json_type, satisfies, type_names
 from grammar_guard.core.schema.vocabulary import (
     ANNOTATIONS,
@@ -131,7 +134,11 @@ class _Evaluation:
             return self.object_keyword(value, key, argument, schema)
         if kind == "array":
             return self.array_keyword(value, key, argument, schema)
-        raise _Undecided  # pattern, format, references, dynamic and unevaluated keywords
+        if key == "pattern" and isinstance(argument, str):
+            named = strings_outside(argument)  # the rewrite's own, for strings outside some
+            if named is not None:
+                return value not in named
+        raise _Undecided  # other patterns, format, references, dynamic and unevaluated keywords
 
     def count(self, value: Any, schemas: Iterable[Any]) -> int:
         return sum(1 for schema in schemas if self.valid(value, schema))

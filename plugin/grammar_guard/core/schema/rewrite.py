@@ -90,7 +90,7 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation:3,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
+    "negation:4,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
     "ecma-whitespace-written,exclusive-one-of-any-of:2"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.

@@ -18,6 +18,7 @@ are bounded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 # The named strings' characters as a tree; END marks where one of them ends.
@@ -29,6 +30,9 @@ MAX_STRINGS = 32
 MAX_LENGTH = 32
 # Any one character, a newline and a quote included (a class and its complement).
 ANY = "(?:[^a]|a)"
+_GROUP = "(?:"
+# Patterns read back (strings_outside): each is read once however often a schema repeats it.
+_REMEMBERED_PATTERNS = 256
 # Characters a pattern must escape, outside a class and inside one.
 _SPECIAL = frozenset("\\^$.|?*+()[]{}")
 _CLASS_SPECIAL = frozenset("\\]^-[")
@@ -75,3 +79,60 @@ def _literal(char: str) -> str:
 
 def _in_class(char: str) -> str:
     return f"\\{char}" if char in _CLASS_SPECIAL else char
+
+
+@functools.lru_cache(maxsize=_REMEMBERED_PATTERNS)
+def strings_outside(pattern: str) -> frozenset[str] | None:
+    """The named strings of a :func:`pattern_outside` pattern; None if ``pattern`` is not one.
+
+    So that a value can be decided against such a pattern without a regex
+    engine (:mod:`evaluate`). The strings are read back from the tree the
+    pattern writes out, then the pattern is written again from them: only
+    a pattern that comes out the same is read, so the answer is exact. The
+    reading stops at the first character out of place, and goes no deeper
+    than :data:`MAX_LENGTH` groups.
+    """
+    start, end = f"^{_GROUP}", ")$"
+    if not (pattern.startswith(start) and pattern.endswith(end)):
+        return None
+    named: list[str] = []
+    stop = _read_group(pattern, len(start), "", named)
+    if stop != len(pattern) - len(end) or pattern_outside(named) != pattern:
+        return None
+    return frozenset(named)
+
+
+def _read_group(text: str, pos: int, prefix: str, named: list[str]) -> int | None:
+    """Read one node's alternatives from ``pos`` into ``named``; where they end, or None."""
+    if len(prefix) > MAX_LENGTH:
+        return None
+    if text.startswith(f"{ANY}+", pos):  # a named string ends here, and none goes on
+        named.append(prefix)
+        return pos + len(ANY) + 1
+    if text.startswith("|", pos):
+        pos += 1  # the empty alternative: no named string ends here
+    else:
+        named.append(prefix)
+    pos = _past_class(text, pos)
+    while pos is not None and text.startswith("|", pos):
+        escaped = text.startswith("\\", pos + 1)
+        char = text[pos + 1 + escaped : pos + 2 + escaped]
+        pos += 2 + escaped
+        if not char or not text.startswith(_GROUP, pos):
+            return None
+        pos = _read_group(text, pos + len(_GROUP), prefix + char, named)
+        if pos is None or not text.startswith(")", pos):
+            return None
+        pos += 1
+    return pos
+
+
+def _past_class(text: str, pos: int) -> int | None:
+    """Past ``[^...]`` and the ``ANY*`` after it, from ``pos``; None if they are not there."""
+    if not text.startswith("[^", pos):
+        return None
+    pos += 2
+    while pos < len(text) and text[pos] != "]":
+        pos += 2 if text[pos] == "\\" else 1
+    pos += 1
+    return pos + len(ANY) + 1 if text.startswith(f"{ANY}*", pos) else None
