@@ -142,9 +142,9 @@ def values_outside(named: list[Any], types: tuple[str, ...]) -> Any:
             return None
         branches.append({"type": "string", "pattern": pattern})
     if "integer" in kinds:
-        numbers = _numbers_left([value for value in named if is_number(value)], kinds)
-        whole.extend(numbers[0])
-        branches.extend(numbers[1])
+        number_types, ranges = _numbers_left([value for value in named if is_number(value)], kinds)
+        whole.extend(number_types)
+        branches.extend(ranges)
     if whole:
         branches.insert(0, {"type": whole[0] if len(whole) == 1 else whole})
     if not branches:
