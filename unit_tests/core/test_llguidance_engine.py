@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import llguidance
@@ -477,3 +479,53 @@ def test_a_batch_fill_past_llguidances_limits_ends_only_that_request(
     assert past_limits.accept_tokens("req", [VOCAB.index("a")]) is False
     ((why, failure),) = ended
     assert failure is FailureClass.INVALID and "past llguidance's limits" in why
+
+
+@pytest.mark.parametrize(
+    "bitmask",
+    [
+        torch.zeros((2, 8), dtype=torch.int64),
+        torch.zeros((2, 16), dtype=torch.int32)[:, ::2],
+        torch.zeros(8, dtype=torch.int32),
+    ],
+    ids=["64-bit words", "rows not back to back", "one dimension"],
+)
+def test_a_bitmask_llguidance_cannot_write_through_a_pointer_is_refused(
+    small_llguidance: LLGuidanceEngine, bitmask: torch.Tensor
+) -> None:
+    matcher = _matcher(small_llguidance, _spec(RequestKind.REGEX, "a+"))
+    before = bitmask.clone()
+    with pytest.raises(ValueError, match="contiguous 2-D int32"):
+        matcher.fill_bitmask(bitmask, 1)
+    with pytest.raises(ValueError, match="contiguous 2-D int32"):
+        LLGuidanceMatcher.fill_batch([matcher], bitmask, [1], threads=1)
+    assert torch.equal(bitmask, before)
+
+
+def test_a_row_past_the_bitmask_is_refused_before_anything_is_written(
+    small_llguidance: LLGuidanceEngine,
+) -> None:
+    matcher = _matcher(small_llguidance, _spec(RequestKind.REGEX, "a+"))
+    bitmask = torch.zeros((1, (len(VOCAB) + 31) // 32), dtype=torch.int32)
+    with pytest.raises(IndexError):
+        matcher.fill_bitmask(bitmask, 1)
+    with pytest.raises(IndexError):
+        LLGuidanceMatcher.fill_batch([matcher], bitmask, [1], threads=1)
+    assert not bitmask.any()
+
+
+def test_the_engine_module_imports_neither_torch_nor_its_compiler() -> None:
+    """A compile worker imports it at its start: llguidance.torch would add a second of CPU.
+
+    That module builds a ``torch.compile`` kernel when imported, which
+    imports TorchDynamo and Inductor; the engine writes masks without it.
+    """
+    probe = (
+        "import sys, grammar_guard.core.llguidance_engine; "
+        "names = ('torch', 'torch._dynamo', 'llguidance.torch'); "
+        "print(sorted(name for name in names if name in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == "[]"

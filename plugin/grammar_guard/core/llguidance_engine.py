@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import llguidance
-import llguidance.torch as llguidance_torch
 import numpy as np
 
 from grammar_guard.core.engine_common import (
@@ -126,14 +125,15 @@ class LLGuidanceMatcher:
             raise RuntimeError(f"llguidance could not roll back: {self._matcher.get_error()}")
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        llguidance_torch.fill_next_token_bitmask(self._matcher, bitmask, row)
+        words = _words(bitmask)
+        _compute_row(self._matcher, words, row)
         if self._matcher.is_error():
             # Past one of llguidance's limits (its lexer's size, say), it allows
             # only the stop token, which it then refuses: a dead end the
             # grammar's size caused, so the request ends with the reason.
             raise self._past_limits()
         if self._ends != self._eos_ids:
-            self._fix_stop_bits(_words(bitmask), row)
+            self._fix_stop_bits(words, row)
 
     def is_terminated(self) -> bool:
         return self._ended
@@ -178,10 +178,12 @@ class LLGuidanceMatcher:
         threads: int,
     ) -> None:
         own = cast("Sequence[LLGuidanceMatcher]", matchers)
-        llguidance_torch.fill_next_token_bitmask_par(
-            _executor(threads),
-            [(m._matcher, row) for m, row in zip(own, rows, strict=True)],
-            bitmask,
+        words = _words(bitmask)
+        pairs = [(m._matcher, row) for m, row in zip(own, rows, strict=True)]
+        if any(not 0 <= row < words.shape[0] for _, row in pairs):
+            raise IndexError(f"a row of {rows} is outside the bitmask's {words.shape[0]}")
+        _executor(threads).unsafe_compute_mask_ptr(
+            pairs, words.ctypes.data, words.shape[1] * words.itemsize, words.shape[0]
         )
         if any(matcher._matcher.is_error() for matcher in own):
             # Past a limit in the batch: its row would allow only a stop token
@@ -190,7 +192,6 @@ class LLGuidanceMatcher:
             raise InvalidGrammarError("a grammar of the batch grew past llguidance's limits")
         fixed = [(m, row) for m, row in zip(own, rows, strict=True) if m._ends != m._eos_ids]
         if fixed:
-            words = _words(bitmask)
             for matcher, row in fixed:
                 matcher._fix_stop_bits(words, row)
 
@@ -209,8 +210,23 @@ def _summary(error: str) -> str:
 
 
 def _words(bitmask: torch.Tensor) -> np.ndarray:
-    """The bitmask's words as unsigned integers, sharing its memory (a CPU tensor)."""
-    return bitmask.numpy().view(np.uint32)
+    """The bitmask's words as unsigned integers, sharing its memory (a CPU tensor).
+
+    llguidance writes masks through a raw pointer, so the shape is checked
+    here: 32-bit words, two dimensions, rows back to back.
+    """
+    words = bitmask.numpy()
+    if words.dtype != np.int32 or words.ndim != 2 or not words.flags.c_contiguous:
+        raise ValueError(f"a bitmask must be a contiguous 2-D int32 tensor, not {bitmask!r:.80}")
+    return words.view(np.uint32)
+
+
+def _compute_row(matcher: llguidance.LLMatcher, words: np.ndarray, row: int) -> None:
+    # Through the pointer, as llguidance.torch does: importing that module
+    # would build its torch.compile kernel, which imports TorchDynamo and
+    # Inductor, a second of CPU in every compile worker's start.
+    target = words[row]  # IndexError for a row past the bitmask
+    matcher.unsafe_compute_mask_ptr(target.ctypes.data, target.nbytes)
 
 
 def _set_bit(words: np.ndarray, row: int, token_id: int, allowed: bool) -> None:
@@ -388,9 +404,9 @@ class LLGuidanceEngine:
         matcher = compiled.start.deep_copy()
         if matcher.is_stopped():
             return True
-        bitmask = llguidance_torch.allocate_token_bitmask(1, self.vocab_size)
-        llguidance_torch.fill_next_token_bitmask(matcher, bitmask, 0)
+        words = np.zeros((1, (self.vocab_size + 31) // 32), dtype=np.uint32)
+        _compute_row(matcher, words, 0)
         if matcher.is_error() and _NO_TOKEN_FITS not in (error := matcher.get_error()):
             # Past a limit already at its first mask: say which, not "unsatisfiable".
             raise InvalidGrammarError(f"the grammar is past llguidance's limits: {_summary(error)}")
-        return bool(bitmask.any()) and not matcher.is_error()
+        return bool(words.any()) and not matcher.is_error()
