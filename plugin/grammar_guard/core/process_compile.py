@@ -114,7 +114,7 @@ class ProcessCompiler:
 
     Thread-safe: each call to :meth:`compile` takes an idle worker for the
     length of the compile (waiting while none is), so as many compiles run
-    at once as there are workers. A start costs about five seconds of CPU
+    at once as there are workers. A start costs about three seconds of CPU
     (xgrammar imports torch; the tokenizer is rebuilt), and four workers
     starting at once held a 2-core engine's steps at twice their length for
     its first 20 to 45 seconds, niced or not. So workers start one at a
