@@ -12,6 +12,7 @@ one that has runs to its end (every check is bounded by the input limit).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.gil_handoff import SwitchIntervalWhileRunning
 
 T = TypeVar("T")
 
@@ -41,30 +43,56 @@ class LaneSizes:
 
 
 class _Lane:
-    def __init__(self, name: str, threads: int, waiting: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        threads: int,
+        waiting: int,
+        handoff: SwitchIntervalWhileRunning | None = None,
+    ) -> None:
         self.name = name
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix=name)
         # Running and waiting tasks together.
         self._places = threading.BoundedSemaphore(threads + waiting)
+        self._handoff = handoff
 
     def submit(self, task: Callable[[], T]) -> Future[T]:
         if not self._places.acquire(blocking=False):
             raise LaneFullError(
                 "too many grammars of this size are being checked right now; retry shortly"
             )
+        handoff = self._handoff
+        if handoff is not None:
+            task = functools.partial(_run_handing_off, handoff, task)
         future = self._threads.submit(task)
         # Also runs when the future is cancelled before it started.
         future.add_done_callback(lambda _done: self._places.release())
         return future
 
 
+def _run_handing_off(handoff: SwitchIntervalWhileRunning, task: Callable[[], T]) -> T:
+    with handoff.running():
+        return task()
+
+
 class BoundedLanes:
-    """A small-input lane and a large-input lane, each with bounded waiting."""
+    """A small-input lane and a large-input lane, each with bounded waiting.
+
+    While the large lane works (seconds of Python code), the GIL changes
+    hands more often (:mod:`grammar_guard.core.gil_handoff`), so the caller's
+    event loop and the threads of every other request are not kept waiting
+    for it.
+    """
 
     def __init__(self, name: str, sizes: LaneSizes | None = None) -> None:
         sizes = sizes or LaneSizes()
         self._small = _Lane(f"{name}-small", sizes.small_threads, sizes.small_waiting)
-        self._large = _Lane(f"{name}-large", sizes.large_threads, sizes.large_waiting)
+        self._large = _Lane(
+            f"{name}-large",
+            sizes.large_threads,
+            sizes.large_waiting,
+            SwitchIntervalWhileRunning(),
+        )
 
     def submit(self, size: int, task: Callable[[], T]) -> Future[T]:
         """Run ``task`` in the lane for an input of ``size`` characters.
