@@ -406,34 +406,6 @@ def test_an_alternation_wider_than_a_parser_row_is_refused_before_its_compile(
     assert "max is 2000" in matcher.get_error()
 
 
-def test_a_choice_of_more_strings_than_a_parser_row_holds_is_served_to_its_end(
-    small_llguidance: LLGuidanceEngine,
-) -> None:
-    """5,000 choices (the router sends a long list here) decode like two do.
-
-    Written as llguidance's own ``grammar_from("choice", ...)`` writes it, a
-    rule of 5,000 alternatives, the list failed while decoding with
-    "Current row has 5001 items; max is 2000".
-    """
-    choices = [f"w{number}" for number in range(5000)]
-    spec = _spec(RequestKind.CHOICE, choices)
-    LLGuidanceEngine.check(spec)
-    assert _matches(small_llguidance, spec, "w4321")
-    assert _matches(small_llguidance, spec, "w0")
-    assert not _matches(small_llguidance, spec, "w")
-    assert not _matches(small_llguidance, spec, "w5000")
-
-
-def test_a_choice_of_the_empty_string_and_prefixes_accepts_exactly_its_strings(
-    small_llguidance: LLGuidanceEngine,
-) -> None:
-    spec = _spec(RequestKind.CHOICE, ["", "a", "ab", 'q"\\', "a"])
-    for text in ("", "a", "ab", 'q"\\'):
-        assert _matches(small_llguidance, spec, text), text
-    for text in ("b", "abb", "q", 'q"'):
-        assert not _matches(small_llguidance, spec, text), text
-
-
 def test_a_grammar_past_llguidances_limits_at_its_first_mask_says_so(
     model_tokenizer: Any,
 ) -> None:

@@ -52,10 +52,8 @@ _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
 _ROW_ITEMS = llguidance.LLParserLimits().max_items_in_row
 # Goes into the fingerprint: a grammar stored before one of these rewrites
 # existed (listed_patterns.py, required and branch names listed when closing,
-# closed_objects.py, a choice as one terminal) must not be loaded by an engine that applies it.
-GRAMMAR_REWRITES = (
-    "listed-pattern-properties-folded,required-names-listed,branch-names-listed,choice-one-terminal"
-)
+# closed_objects.py) must not be loaded by an engine that applies it.
+GRAMMAR_REWRITES = "listed-pattern-properties-folded,required-names-listed,branch-names-listed"
 
 
 class EngineDoesNotSupport(InvalidGrammarError):
@@ -190,16 +188,6 @@ def _regex(regex: str) -> str:
     )
 
 
-def _choice(text: str) -> str:
-    # One terminal rather than a rule of alternatives: llguidance's parser
-    # holds at most _ROW_ITEMS items in a row, so a rule listing thousands of
-    # strings failed at decoding (and past 65,000 its compile panicked),
-    # while its lexer takes any number of strings, and validates 100,000 of
-    # them ten times faster.
-    literals = " | ".join(json.dumps(choice) for choice in json.loads(text))
-    return str(llguidance.LLMatcher.grammar_from_lark(f"start: CHOICE\nCHOICE: {literals}"))
-
-
 def _lark_or_gbnf(spec: GrammarSpec, lenient: bool) -> str:
     kind = "lark" if grammar_is_lark(spec.text) else "gbnf"
     return llguidance.grammar_from(kind, spec.text)
@@ -215,7 +203,7 @@ _BUILDERS: dict[RequestKind, Callable[[GrammarSpec, bool], str]] = {
     ),
     RequestKind.JSON_OBJECT: lambda spec, lenient: _json_schema('{"type":"object"}', spec, lenient),
     RequestKind.REGEX: lambda spec, lenient: _regex(spec.text),
-    RequestKind.CHOICE: lambda spec, lenient: _choice(spec.text),
+    RequestKind.CHOICE: lambda spec, lenient: llguidance.grammar_from("choice", spec.text),
     RequestKind.GRAMMAR: _lark_or_gbnf,
     # Structural tags stay with xgrammar, which implements vLLM's whole format.
     RequestKind.STRUCTURAL_TAG: _not_supported,
