@@ -203,13 +203,6 @@ def _huge_bounds() -> list[Case]:
             completion({"choice": enum_of(2000)["enum"]}),
             choice_output(enum_of(2000)["enum"]),
         ),
-        # 70 kB, so routed to llguidance, whose parser holds 2,000 items in a
-        # row: written as a rule of alternatives, the list failed while decoding.
-        constrained(
-            "choice-5000",
-            lazy_completion(lambda: {"choice": enum_of(5000)["enum"]}),
-            choice_output(enum_of(5000)["enum"]),
-        ),
         schema_constrained("schema-maxlength-1e12", {"type": "string", "maxLength": 10**12}),
         schema_constrained(
             "schema-maxitems-1e6",
