@@ -15,7 +15,7 @@ from grammar_guard.core.llguidance_engine import LLGuidanceCompiled, LLGuidanceE
 BYTE_EOS = b"</s>"
 
 
-class _ByteVocabulary:
+class ByteVocabulary:
     """One token per byte, and EOS, as llguidance reads a tokenizer (conftest's shape)."""
 
     def __init__(self) -> None:
@@ -31,7 +31,7 @@ class _ByteVocabulary:
 
 @functools.cache
 def byte_llguidance() -> LLGuidanceEngine:
-    return LLGuidanceEngine(llguidance.LLTokenizer(_ByteVocabulary()))
+    return LLGuidanceEngine(llguidance.LLTokenizer(ByteVocabulary()))
 
 
 def llguidance_accepts(compiled: LLGuidanceCompiled, text: str) -> bool:
@@ -40,4 +40,4 @@ def llguidance_accepts(compiled: LLGuidanceCompiled, text: str) -> bool:
     matcher = engine.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
     if not all(matcher.accept_token(byte) for byte in text.encode()):
         return False
-    return matcher.accept_token(_ByteVocabulary().eos_token_id) and matcher.is_terminated()
+    return matcher.accept_token(ByteVocabulary().eos_token_id) and matcher.is_terminated()

@@ -37,8 +37,10 @@ SUITE = (
     / "data/json-schema-test-suite/tests/draft2020-12/optional/format"
 )
 FORMATS = sorted(FORMAT_PATTERNS)
-# Formats without an exact regular definition (see formats.py's docstring).
-LEFT_OUT = ["idn-hostname", "idn-email", "regex", "ecmascript-regex", "unknown"]
+# The suite's files of each format, where it has more than the one named after it.
+FILES = {"regex": ("regex", "ecmascript-regex")}
+# Files of no format of the table: unknown formats are annotations.
+LEFT_OUT = ["unknown"]
 
 # xgrammar matches a pattern against the raw JSON text, so a character JSON
 # escapes never comes out of a class that also holds plain characters: it
@@ -57,14 +59,22 @@ class Instance:
     def enforced_valid(self) -> bool:
         """Valid, and of no kind formats.py refuses by design (see its docstring).
 
-        Those are a leap second in local time (``time``, ``date-time``) and a
+        Those are a leap second in local time (``time``, ``date-time``), a
         host-name label with hyphens in its 3rd and 4th position, which
-        RFC 5891 section 4.2.3.1 reserves (``hostname``: the A-labels).
+        RFC 5891 section 4.2.3.1 reserves (``hostname``: the A-labels), any
+        character but ASCII in an internationalized name (``idn-hostname``,
+        ``idn-email``), and an ECMA-262 pattern with named groups or nested
+        deeper than formats.py writes (``regex``).
         """
         if self.format in ("time", "date-time"):
             refused = ":60" in self.value and "23:59:60" not in self.value
-        elif self.format == "hostname":
-            refused = any(label[2:4] == "--" for label in self.value.split("."))
+        elif self.format in ("hostname", "idn-hostname", "idn-email"):
+            domain = self.value.rpartition("@")[2]
+            refused = not self.value.isascii() or any(
+                label[2:4] == "--" for label in domain.split(".")
+            )
+        elif self.format == "regex":
+            refused = "(?<" in self.value.replace("(?<=", "").replace("(?<!", "")
         else:
             refused = False
         return self.valid and not refused
@@ -78,8 +88,12 @@ class Instance:
 
 @functools.cache
 def suite_instances(name: str) -> tuple[Instance, ...]:
-    """The string instances of the suite's file for ``name`` (format ignores other types)."""
-    groups = json.loads((SUITE / f"{name}.json").read_text(encoding="utf-8"))
+    """The string instances of the suite's files for ``name`` (format ignores other types)."""
+    groups = [
+        group
+        for file in FILES.get(name, (name,))
+        for group in json.loads((SUITE / f"{file}.json").read_text(encoding="utf-8"))
+    ]
     return tuple(
         Instance(name, test["data"], test["valid"], test["description"])
         for group in groups
@@ -108,7 +122,7 @@ def _wrong(name: str, expected: dict[Instance, bool], accepts: dict[Instance, bo
     ]
 
 
-def test_only_local_leap_seconds_and_reserved_labels_are_refused_by_design() -> None:
+def test_only_the_over_constraints_formats_py_lists_are_refused_by_design() -> None:
     refused = {
         (name, instance.value)
         for name in FORMATS
@@ -144,7 +158,19 @@ def test_only_local_leap_seconds_and_reserved_labels_are_refused_by_design() -> 
             "xn--ngba5hb2804a",
         )
     }
-    assert refused == leap_seconds | a_labels
+    a_labels.add(("idn-hostname", "xn--ihqwcrb4cv8a8dqg056pqjye"))
+    # The Unicode names: what IDNA2008 allows of Unicode is its tables and
+    # context rules (the suite's "ZERO WIDTH JOINER not preceded by Virama"...).
+    unicode_names = {
+        (name, instance.value)
+        for name in ("idn-hostname", "idn-email")
+        for instance in suite_instances(name)
+        if instance.valid and not instance.value.isascii()
+    }
+    assert len(unicode_names) == 30
+    # A named group needs its name unique, and \k<name> a group of that name.
+    named_groups = {("regex", "(?<name>x)"), ("regex", "(?<n>a)\\k<n>")}
+    assert refused == leap_seconds | a_labels | unicode_names | named_groups
 
 
 def test_a_host_name_label_is_refused_only_with_hyphens_in_its_3rd_and_4th_position() -> None:
@@ -156,7 +182,7 @@ def test_a_host_name_label_is_refused_only_with_hyphens_in_its_3rd_and_4th_posit
 
 
 def test_only_the_total_length_of_a_host_name_is_left_to_max_length() -> None:
-    assert dict(FORMAT_MAX_LENGTHS) == {"hostname": 253}
+    assert dict(FORMAT_MAX_LENGTHS) == {"hostname": 253, "idn-hostname": 253}
     assert set(FORMAT_MAX_LENGTHS) <= set(FORMAT_PATTERNS)
     # The suite's "exceeds maximum overall length": four 63-character labels and
     # "com", which the pattern accepts and maxLength refuses.
@@ -167,7 +193,8 @@ def test_only_the_total_length_of_a_host_name_is_left_to_max_length() -> None:
 
 def test_the_table_holds_the_regular_formats_only() -> None:
     assert set(FORMATS).isdisjoint(LEFT_OUT)
-    assert {path.stem for path in SUITE.glob("*.json")} == {*FORMATS, *LEFT_OUT}
+    files = {file for name in FORMATS for file in FILES.get(name, (name,))}
+    assert {path.stem for path in SUITE.glob("*.json")} == {*files, *LEFT_OUT}
     assert all(format_pattern(name) == FORMAT_PATTERNS[name] for name in FORMATS)
     assert all(format_pattern(name) is None for name in LEFT_OUT)
 

@@ -10,6 +10,7 @@ import llguidance
 import pytest
 import torch
 from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB, small_llguidance_tokenizer
+from unit_tests.llguidance_acceptance import ByteVocabulary, llguidance_accepts
 
 from grammar_guard.core import bitmask_fill
 from grammar_guard.core.bitmask_fill import RowFill
@@ -109,7 +110,8 @@ def test_each_kind_is_enforced(
     [
         ({"type": "array", "uniqueItems": True}, "uniqueItems"),
         ({"type": "number", "not": {"type": "integer"}}, "not"),
-        ({"type": "string", "format": "idn-email"}, "format: idn-email"),
+        # Next to a pattern of its own a format stays a format (schema/rewrite.py).
+        ({"type": "string", "format": "idn-email", "pattern": "@"}, "format: idn-email"),
     ],
 )
 def test_a_keyword_llguidance_would_not_enforce_is_refused_by_name(
@@ -501,3 +503,20 @@ def test_the_engine_module_imports_neither_torch_nor_its_compiler() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_negated_class_that_names_a_quote_or_backslash_is_refused() -> None:
+    # llguidance 1.7.6 writes the JSON escapes of a quote and a backslash
+    # whatever a negated class says: "[^\\]" lets a backslash through. Once
+    # this calibration fails, llguidance keeps them out and the finding can go.
+    lenient = LLGuidanceEngine(
+        llguidance.LLTokenizer(ByteVocabulary()), unenforced=UnenforcedPolicy.WARN
+    )
+    for pattern, text in [("^[^\\\\]$", '"\\\\"'), ('^[^a"]$', '"\\""'), ("^[^!-~]$", '"\\\\"')]:
+        spec = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": pattern})
+        assert llguidance_accepts(lenient.compile(spec), text), pattern
+        with pytest.raises(UnenforcedKeywordError, match="'pattern' at /pattern"):
+            LLGuidanceEngine.check(spec)
+    # Classes that leave both in, or keep them out through an escape, are read right.
+    for pattern in ("^[^a-z]$", "^[^\\W]$", "^[^/~]*$"):
+        assert LLGuidanceEngine.check(_spec(RequestKind.JSON_SCHEMA, {"pattern": pattern})) == ()

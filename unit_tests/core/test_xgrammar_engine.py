@@ -500,7 +500,8 @@ def test_legacy_structural_tag_missing_fields_is_refused(small: SmallTokenizer) 
 UNENFORCED_SCHEMA = {
     "type": "object",
     "properties": {
-        # A format no exact pattern stands for (schema/formats.py): it stays a format.
+        # Written as a pattern and a maxLength (schema/formats.py), which xgrammar
+        # does not enforce beside a pattern: a finding on the format the client wrote.
         "host": {"type": "string", "format": "idn-hostname"},
         "n": {"type": "number", "not": {"type": "integer"}},
     },

@@ -171,12 +171,15 @@ _INEXACT_FORMATS = {
 }
 # What llguidance's ECMA-262 patterns get right: JSON escapes are written as
 # escapes, and it refuses lookarounds and inner anchors itself; but its \s
-# is Rust's, which leaves out U+FEFF, so \S lets the BOM through.
+# is Rust's, which leaves out U+FEFF, so \S lets the BOM through, and a
+# negated class of characters (``[^\\]``, ``[^"a]``) lets the quote and the
+# backslash it names through all the same (1.7.6; ``[^\W]`` is right).
 _PATTERNS = PatternSupport(
     lookaround=True,
     inner_anchors=True,
     unicode_whitespace=False,
     escapes_json_specials=True,
+    negated_classes_keep_out_escapes=False,
 )
 
 

@@ -40,6 +40,9 @@ class PatternSupport:
     # Whether a pattern may match characters JSON must escape (quote,
     # backslash, U+0000-U+001F) without the engine writing them raw.
     escapes_json_specials: bool = False
+    # Whether a negated class that names a quote or a backslash (``[^"\\]``)
+    # keeps them out of the string, as it says.
+    negated_classes_keep_out_escapes: bool = True
 
 
 @dataclass(frozen=True)

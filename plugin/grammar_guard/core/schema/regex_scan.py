@@ -206,6 +206,12 @@ class _RegexScan:
         if self.pos < len(text):
             self.pos += 1  # the closing "]"
         if negated:
+            if any(_holds_quote_or_backslash(member) for member in members):
+                self.note(
+                    "negated_escape",
+                    "a negated class that leaves out a quote or a backslash lets them "
+                    "through (the engine writes their JSON escapes whatever the class says)",
+                )
             return
         # A class with at least one member JSON writes unescaped is matched
         # against those members only; one made of specials only is not
@@ -261,6 +267,13 @@ def _has_plain_char(member: tuple[int, int] | None) -> bool:
     return any(code not in _JSON_SPECIAL for code in range(low, min(high, low + 40) + 1))
 
 
+def _holds_quote_or_backslash(member: tuple[int, int] | None) -> bool:
+    if member is None:
+        return False  # measured: [^\W] and [^\D] keep both out
+    low, high = member
+    return low <= 0x22 <= high or low <= 0x5C <= high
+
+
 def _is_hex(text: str, length: int) -> bool:
     return len(text) == length and all(c in "0123456789abcdefABCDEF" for c in text)
 
@@ -300,6 +313,7 @@ def pattern_problems(pattern: str, support: PatternSupport) -> list[str]:
         "lookaround": support.lookaround,
         "unicode_whitespace": support.unicode_whitespace,
         "json_special": support.escapes_json_specials,
+        "negated_escape": support.negated_classes_keep_out_escapes,
         "depth": False,
     }
     problems = [message for kind, message in scan.problems.items() if not supported[kind]]
