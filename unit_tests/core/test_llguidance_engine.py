@@ -520,3 +520,40 @@ def test_a_negated_class_that_names_a_quote_or_backslash_is_refused() -> None:
     # Classes that leave both in, or keep them out through an escape, are read right.
     for pattern in ("^[^a-z]$", "^[^\\W]$", "^[^/~]*$"):
         assert LLGuidanceEngine.check(_spec(RequestKind.JSON_SCHEMA, {"pattern": pattern})) == ()
+
+
+@pytest.mark.parametrize(
+    ("schema", "text"),
+    [
+        ({"$schema": "http://json-schema.org/draft-04/schema#", "const": 1}, "2"),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "array",
+                "prefixItems": [{"const": 1}],
+                "items": True,
+            },
+            "[2]",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "a": {"$schema": "http://json-schema.org/draft-04/schema#", "const": 1}
+                },
+            },
+            '{"a":2}',
+        ),
+    ],
+)
+def test_a_schema_is_read_as_2020_12_whatever_its_schema_says(
+    schema: dict[str, Any], text: str
+) -> None:
+    # llguidance reads "$schema" and drops what that draft lacks: const under
+    # draft-04, prefixItems under draft-07. grammar-guard reads 2020-12 throughout.
+    engine = LLGuidanceEngine(llguidance.LLTokenizer(ByteVocabulary()))
+    assert not llguidance_accepts(engine.compile(_spec(RequestKind.JSON_SCHEMA, schema)), text)
+    assert llguidance_accepts(
+        engine.compile(_spec(RequestKind.JSON_SCHEMA, {**schema, "title": "check"})),
+        text.replace("2", "1"),
+    )

@@ -38,7 +38,7 @@ from grammar_guard.core.schema.capabilities import PatternSupport
 from grammar_guard.core.schema.findings import Finding
 from grammar_guard.core.schema.pointers import join_pointer
 from grammar_guard.core.schema.regex_scan import pattern_problems
-from grammar_guard.core.schema.rewrite import rewritten_schema_text
+from grammar_guard.core.schema.rewrite import rewritten_schema_text, with_children
 from grammar_guard.core.schema.vocabulary import (
     subschemas,
 )
@@ -52,8 +52,10 @@ _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
 _ROW_ITEMS = llguidance.LLParserLimits().max_items_in_row
 # Goes into the fingerprint: a grammar stored before one of these rewrites
 # existed (listed_patterns.py, required and branch names listed when closing,
-# closed_objects.py) must not be loaded by an engine that applies it.
-GRAMMAR_REWRITES = "listed-pattern-properties-folded,required-names-listed,branch-names-listed"
+# closed_objects.py, every $schema dropped) must not be loaded by an engine that applies it.
+GRAMMAR_REWRITES = (
+    "listed-pattern-properties-folded,required-names-listed,branch-names-listed,read-as-2020-12"
+)
 
 
 class EngineDoesNotSupport(InvalidGrammarError):
@@ -149,7 +151,7 @@ def _grammar(spec: GrammarSpec, *, lenient: bool) -> str:
 
 
 def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
-    closed = closed_like_xgrammar(json.loads(schema))
+    closed = closed_like_xgrammar(read_as_2020_12(json.loads(schema)))
     fold_listed_patterns(closed)  # after closing: an allOf it adds would leave members open
     options: dict[str, Any] = {
         "whitespace_flexible": spec.options.any_whitespace,
@@ -158,6 +160,21 @@ def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
         "lenient": lenient,
     }
     return str(llguidance.LLMatcher.grammar_from_json_schema(json.dumps(closed), overrides=options))
+
+
+def read_as_2020_12(schema: Any) -> Any:
+    """``schema`` with no ``$schema`` anywhere, so that llguidance reads it as draft 2020-12.
+
+    grammar-guard reads every schema as 2020-12, and its rewrites write
+    2020-12 keywords. llguidance 1.7 reads a draft-04 ``$schema`` as draft-04
+    and then ignores ``const``, ``propertyNames`` and ``dependentRequired``
+    (``{"$schema": ".../draft-04/schema#", "const": 1}`` accepts ``2``), and
+    ignores ``prefixItems`` under draft-07 and 2019-09.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    node = with_children(schema, "", lambda child, _, __: read_as_2020_12(child))
+    return {key: value for key, value in node.items() if key != "$schema"}
 
 
 # Formats llguidance 1.7 accepts values of that the format forbids, found by
