@@ -49,6 +49,9 @@ REWRITE_IMPORTERS = (
     "grammar_guard.core.llguidance_rewrite",
 )
 _REWRITE_FUNCTION = "rewritten_schema_text"
+# Routing's last resort, a rewrite too: turned off with it, where routing binds it.
+_NARROWING_IMPORTER = "grammar_guard.core.routing"
+_NARROWING_FUNCTION = "narrowed_schema_text"
 _PLUGIN = "grammar_guard"
 
 
@@ -124,11 +127,13 @@ def rewrite_turned_off() -> Iterator[None]:
     """
     modules = [importlib.import_module(name) for name in REWRITE_IMPORTERS]
     original = getattr(modules[0], _REWRITE_FUNCTION)
+    narrowing = importlib.import_module(_NARROWING_IMPORTER)
     original.cache_clear()
     try:
         with contextlib.ExitStack() as patches:
             for module in modules:
                 patches.enter_context(mock.patch.object(module, _REWRITE_FUNCTION, _as_sent))
+            patches.enter_context(mock.patch.object(narrowing, _NARROWING_FUNCTION, _no_narrower))
             holders = _holders_of(original)
             if holders:
                 raise RuntimeError(
@@ -142,6 +147,10 @@ def rewrite_turned_off() -> Iterator[None]:
 
 def _as_sent(text: str) -> str:
     return text
+
+
+def _no_narrower(text: str) -> None:
+    return None
 
 
 def _holders_of(value: object) -> list[str]:

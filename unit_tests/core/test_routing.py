@@ -33,7 +33,7 @@ ALL_OF = {"allOf": [{"type": "integer"}, {"minimum": 2}]}
 TWO_PATTERNS = {"allOf": [{"type": "string", "pattern": "^a+$"}, {"pattern": "^a{2,3}$"}]}
 # llguidance does not implement propertyNames; xgrammar's path enforces it.
 PROPERTY_NAMES = {"type": "object", "propertyNames": {"pattern": "^a"}}
-NEITHER = {"type": "array", "contains": {"type": "integer"}}
+NEITHER = {"type": "array", "uniqueItems": True}  # neither enforces it, nothing narrows it
 # Members left open: xgrammar writes them with ", " even in compact mode.
 OPEN_MEMBER = {"type": "object", "properties": {"meta": {"type": "object"}}, "required": ["meta"]}
 BOUNDED_ANY_ARRAY = {"type": "array", "maxItems": 3}  # xgrammar admits only []
@@ -65,14 +65,14 @@ def test_each_key_goes_to_an_engine_that_enforces_it_fastest(
 
 
 def test_a_schema_neither_engine_enforces_is_refused_with_the_keywords_location() -> None:
-    with pytest.raises(UnenforcedKeywordError, match="'contains' at /contains"):
+    with pytest.raises(UnenforcedKeywordError, match="'uniqueItems' at /uniqueItems"):
         route(_json(NEITHER))
 
 
 def test_under_the_warn_policy_xgrammar_serves_what_neither_enforces() -> None:
     chosen = route(_json(NEITHER), unenforced=UnenforcedPolicy.WARN)
     assert chosen.engine is EngineName.XGRAMMAR
-    assert [finding.keyword for finding in chosen.findings] == ["contains"]
+    assert [finding.keyword for finding in chosen.findings] == ["uniqueItems"]
 
 
 def test_a_forced_engine_serves_every_key_or_says_why_not() -> None:
@@ -303,3 +303,69 @@ def test_a_refusal_names_what_the_client_wrote_not_what_the_rewrite_wrote() -> N
         route(_json({"not": {}}))
     with pytest.raises(InvalidGrammarError, match="required property 'a' is unsatisfiable"):
         route(_json({"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]}))
+
+
+def _system(name: str) -> dict[str, Any]:
+    return {"type": "object", "required": ["system"], "properties": {"system": {"const": name}}}
+
+
+# Told apart by "meta", which no branch requires: an object without it and with
+# "sum" of "ab" is valid for both branches, so the oneOf is not exclusive as written.
+OPTIONAL_DISCRIMINATOR = {
+    "type": "object",
+    "oneOf": [
+        {"properties": {"meta": _system("rpm"), "sum": {"type": "string", "pattern": "^[a-f]+$"}}},
+        {"properties": {"meta": _system("deb"), "sum": {"type": "string", "pattern": "^[a-f]*$"}}},
+    ],
+}
+
+
+def test_a_one_of_told_apart_by_a_property_none_requires_is_served_requiring_it(
+    routed: RoutedEngine,
+) -> None:
+    spec = _json(OPTIONAL_DISCRIMINATOR)
+    chosen = route(spec)
+    assert chosen.narrowed_text is not None and '"meta"' in chosen.narrowed_text
+    assert _accepts(routed, spec, '{"meta":{"system":"rpm"},"sum":"ab"}')
+    assert _accepts(routed, spec, '{"meta":{"system":"deb"},"sum":""}')
+    # Valid for neither branch, or for both: refused as the oneOf refuses it.
+    assert not _accepts(routed, spec, '{"meta":{"system":"rpm"},"sum":""}')
+    assert not _accepts(routed, spec, '{"sum":"ab"}')
+    # The over-constraint: valid for the second branch alone, but without "meta".
+    assert not _accepts(routed, spec, '{"sum":""}')
+
+
+def test_a_one_of_an_engine_serves_as_written_is_never_narrowed() -> None:
+    # Closed, each branch lacks a name the other requires: exclusive on both engines.
+    shapes = {
+        "type": "object",
+        "oneOf": [
+            {"properties": {"shape": {"const": "r"}}, "required": ["l", "w"]},
+            {"properties": {"shape": {"const": "c"}}, "required": ["r"]},
+        ],
+        "properties": {"l": {"type": "number"}, "w": {"type": "number"}, "r": {"type": "number"}},
+    }
+    assert route(_json(shapes)).narrowed_text is None
+    # Neither narrowed nor served: no property tells these branches apart.
+    with pytest.raises(UnenforcedKeywordError):
+        route(_json({"oneOf": [{"type": "integer"}, {"minimum": 2}]}))
+
+
+def test_a_contains_is_served_with_its_match_among_the_first_four_items(
+    routed: RoutedEngine,
+) -> None:
+    spec = _json({"type": "array", "items": {"type": "integer"}, "contains": {"const": 1}})
+    assert route(spec).narrowed_text is not None
+    for text in ("[1]", "[0,1]", "[2,0,3,1,1]"):
+        assert _accepts(routed, spec, text), text
+    for text in ("[]", "[0]", "[0,2,3]", '[0,"1"]'):
+        assert not _accepts(routed, spec, text), text
+    # The over-constraint: a valid array whose first match comes fifth.
+    assert not _accepts(routed, spec, "[0,0,0,0,1]")
+
+
+def test_a_not_written_as_a_contains_is_refused_as_the_not_the_client_wrote() -> None:
+    # not {items: {not: X}} is a contains of X, which cannot be narrowed beside prefixItems.
+    schema = {"type": "array", "prefixItems": [{}], "not": {"items": {"not": {"type": "integer"}}}}
+    with pytest.raises(UnenforcedKeywordError, match="'not' at /not;"):
+        route(_json(schema))

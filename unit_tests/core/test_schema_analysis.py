@@ -999,7 +999,11 @@ def test_random_schemas_the_analysis_passes_reject_what_jsonschema_rejects(seed:
         passed += 1
         for _ in range(30):
             value = random_schemas.instance(schema)
-            if validator.is_valid(value):
+            try:
+                valid = validator.is_valid(value)
+            except RecursionError:
+                break  # a reference to itself and nothing else: the oracle cannot tell
+            if valid:
                 continue
             checked += 1
             if accepted(compiled, value):

@@ -660,6 +660,117 @@ def test_exclusive_one_ofs_written_as_any_of_accept_exactly_what_the_one_of_acce
     assert seen["written, some valid"] >= 40 and seen["kept"] >= 40, seen
 
 
+@st.composite
+def nested_discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
+    """A oneOf of branches telling apart a "meta" object by the "kind" it requires,
+    with "meta" often left optional (what only narrowing serves)."""
+    branches: list[Any] = []
+    kinds = draw(st.permutations(_KINDS))
+    for index in range(draw(st.integers(2, 3))):
+        # Values of its own, or now and then one another branch has too.
+        values = [kinds[index], *([kinds[index + 1]] if draw(st.integers(0, 3)) == 0 else [])]
+        meta = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": values}}}
+        branch: dict[str, Any] = {"properties": {"meta": meta}}
+        if draw(st.integers(0, 3)) > 0:
+            branch["required"] = ["meta"]
+        if draw(st.booleans()):
+            branch["properties"]["n"] = {"type": draw(st.sampled_from(("integer", "string")))}
+        branches.append(branch)
+    schema: dict[str, Any] = {"oneOf": branches}
+    if draw(st.integers(0, 3)) > 0:
+        schema["type"] = "object"
+    return schema
+
+
+def _nested_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    metas = st.fixed_dictionaries({}, optional={"kind": st.sampled_from((*_KINDS, 2))})
+    objects = st.fixed_dictionaries(
+        {}, optional={"meta": metas | _EACH_TYPE, "n": st.sampled_from((1, "x"))}
+    )
+    return st.lists(st.one_of(objects, _EACH_TYPE), min_size=8, max_size=16)
+
+
+def test_one_ofs_told_apart_one_level_down_written_as_any_of_accept_exactly_the_same() -> None:
+    seen = _run(nested_discriminated_one_ofs(), _one_of_outcome, 200, _nested_instances)
+    assert seen["written, some valid"] >= 10 and seen["kept"] >= 40, seen
+
+
+def test_a_narrowed_one_of_accepts_only_what_the_one_of_accepts() -> None:
+    """Narrowing (routing's last resort) may refuse valid values, never accept invalid ones."""
+    seen: Counter[str] = Counter()
+    families = st.one_of(discriminated_one_ofs(), nested_discriminated_one_ofs())
+
+    @settings(PROPERTIES, max_examples=300)
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        schema = data.draw(families, label="schema")
+        drawn = st.one_of(_discriminated_instances(schema), _nested_instances(schema))
+        instances = data.draw(drawn, label="instances")
+        exact, narrowed = rewrite_schema(schema), rewrite_schema(schema, narrow=True)
+        if narrowed == exact:
+            seen["not narrowed"] += 1
+            return
+        # Only a oneOf that the exact rewrites leave is narrowed.
+        assert "oneOf" in exact and "oneOf" not in narrowed, (schema, narrowed)
+        seen["narrowed"] += 1
+        original, after = verdicts(schema, instances), verdicts(narrowed, instances)
+        for instance, was, now in zip(instances, original, after, strict=True):
+            assert was is True or now is not True, (schema, narrowed, instance)
+            seen["valid refused" if was is True and now is not True else "same"] += 1
+
+    check()
+    assert seen["narrowed"] >= 25 and seen["valid refused"] >= 10, seen
+
+
+_ITEM_SCHEMAS = st.sampled_from(
+    (True, False, {"type": "integer"}, {"minimum": 2}, {"const": 1}, {"type": "string"})
+)
+
+
+@st.composite
+def contains_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    """A ``contains``, with the node's items, counts and type now and then beside it."""
+    schema: dict[str, Any] = {"contains": draw(_ITEM_SCHEMAS)}
+    for keyword, values in (
+        ("items", _ITEM_SCHEMAS),
+        ("minContains", st.integers(0, 3)),
+        ("minItems", st.integers(0, 3)),
+        ("maxItems", st.integers(0, 5)),
+        ("type", st.sampled_from(("array", ["array", "integer"], "object"))),
+    ):
+        if draw(st.integers(0, 2)) == 0:
+            schema[keyword] = draw(values)
+    return schema
+
+
+def _contains_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    items = st.sampled_from((0, 1, 2, 3, "a", None))
+    return st.lists(st.lists(items, max_size=6) | _EACH_TYPE, min_size=8, max_size=16)
+
+
+def test_a_narrowed_contains_accepts_only_what_the_contains_accepts() -> None:
+    seen: Counter[str] = Counter()
+
+    @settings(PROPERTIES, max_examples=300)
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        schema = data.draw(contains_schemas(), label="schema")
+        instances = data.draw(_contains_instances(schema), label="instances")
+        narrowed = rewrite_schema(schema, narrow=True)
+        if narrowed == rewrite_schema(schema):
+            seen["not narrowed"] += 1
+            return
+        seen["narrowed"] += 1
+        original, after = verdicts(schema, instances), verdicts(narrowed, instances)
+        for instance, was, now in zip(instances, original, after, strict=True):
+            assert was is True or now is not True, (schema, narrowed, instance)
+            seen["valid refused" if was is True and now is not True else "same"] += 1
+            seen["valid kept" if was is True and now is True else "not both valid"] += 1
+
+    check()
+    assert seen["narrowed"] >= 100 and seen["valid kept"] >= 200, seen
+
+
 # Unevaluated keywords: what the merge brings next to them, and what it must not move.
 _UNEVALUATED_FAMILIES = {
     "unevaluatedProperties": ("type", "properties", "patternProperties", "additionalProperties",
@@ -760,3 +871,18 @@ def _holding(document: Any, keywords: tuple[str, ...]) -> int:
             if isinstance(node.get("dependencies"), dict):
                 pending.extend(node["dependencies"].values())
     return count
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"not": {"items": {"not": {"const": 1}}}},
+        {"type": ["array", "string"], "not": {"items": {"not": {"type": "integer"}}}},
+        {"type": "string", "not": {"items": {"not": {"const": 1}}}},
+        {"type": "array", "minItems": 2, "not": {"items": {"not": True}}},
+    ],
+)
+def test_a_not_of_items_not_is_written_as_contains(schema: dict[str, Any]) -> None:
+    instances = [[], [1], [0, 1], [0], ["a"], "a", 1, None, {"a": 1}, [0, 0, 1]]
+    rewritten = assert_equivalent(schema, instances)
+    assert rewritten is False or "contains" in rewritten or "not" not in rewritten

@@ -133,7 +133,7 @@ def _feed(matcher: TokenMatcher, text: str) -> bool:
         (PLAIN, None),  # on xgrammar already
         (OPEN_MEMBER, None),  # xgrammar would not enforce the same language
         (LLGUIDANCE_ONLY, None),  # xgrammar does not enforce allOf
-        ({"type": "array", "contains": {}}, None),  # refused everywhere
+        ({"type": "array", "uniqueItems": True}, None),  # refused everywhere
     ],
 )
 def test_only_a_key_sent_to_llguidance_for_xgrammar_s_compile_time_has_an_upgrade(

@@ -256,9 +256,9 @@ def test_an_enforced_schema_logs_and_counts_nothing(monkeypatch: pytest.MonkeyPa
         ({"regex": "a(b"}, "Failed to transform regex into a grammar: ", "regex"),
         ({"json": {"type": "objectx"}}, "Failed to transform json schema into a grammar: ", "obj"),
         (
-            {"json": {"type": "array", "contains": {"type": "integer"}}},
+            {"json": {"type": "array", "uniqueItems": True}},
             "The provided JSON schema contains features not supported by grammar-guard: ",
-            "'contains' at /contains",
+            "'uniqueItems' at /uniqueItems",
         ),
         (
             {"structural_tag": '{"type": "structural_tag", "format": {"type": "nonsense"}}'},

@@ -20,6 +20,10 @@ same in every process and for every request of a key:
    (:class:`~grammar_guard.core.errors.PastEngineLimitsError`): a request
    that no engine serves within its compile timeout gets its 400 at once,
    instead of costing the engine a compile in the background.
+4. A JSON schema both engines refuse, for a keyword at least one of them
+   cannot enforce, is tried once more narrowed
+   (:func:`~grammar_guard.core.schema.rewrite.narrowed_schema_text`): the
+   engines compile that instead, for the client's cache key.
 
 Inside the engine core the decision is a :class:`CompilePlan`, made once per
 key and carried to wherever the key compiles: which engine compiles it,
@@ -49,7 +53,7 @@ from grammar_guard.core.errors import (
     UnenforcedKeywordError,
 )
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine, LLGuidanceRecipe
-from grammar_guard.core.schema.rewrite import rewritten_schema_text
+from grammar_guard.core.schema.rewrite import narrowed_schema_text, rewritten_schema_text
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_cost import (
@@ -93,6 +97,9 @@ class Route:
     engine: EngineName
     # The keywords accepted unenforced (warn policy only).
     findings: tuple[Finding, ...]
+    # The schema compiled instead of the client's, where only a narrowed one
+    # is served (schema/rewrite.py's narrowed_schema_text); None: the client's.
+    narrowed_text: str | None = None
 
 
 def route(
@@ -133,6 +140,9 @@ def _route(
             if isinstance(exc, PastEngineLimitsError) and len(compiled.text) >= SLOW_SPEC_CHARS:
                 raise
             refusals[engine] = exc
+    narrowed = _narrowed_route(spec, order, refusals)
+    if narrowed is not None:
+        return narrowed
     if unenforced is UnenforcedPolicy.WARN:
         # Neither enforces all of it: xgrammar serves what it can, as before routing.
         for engine in (EngineName.XGRAMMAR, EngineName.LLGUIDANCE):
@@ -141,6 +151,33 @@ def _route(
             except InvalidGrammarError as exc:
                 refusals[engine] = exc
     raise _clearest(refusals)
+
+
+def _narrowed_route(
+    spec: GrammarSpec,
+    order: tuple[EngineName, ...],
+    refusals: dict[EngineName, InvalidGrammarError],
+) -> Route | None:
+    """A route for ``spec`` narrowed, where an engine refused it for keywords; else None.
+
+    Narrowing refuses some valid values (a ``oneOf`` told apart by a
+    property no branch requires gets it required), so it is tried only
+    where the schema would be refused, never where an engine serves it.
+    """
+    if spec.kind is not RequestKind.JSON_SCHEMA or not any(
+        isinstance(refusal, UnenforcedKeywordError) for refusal in refusals.values()
+    ):
+        return None
+    text = narrowed_schema_text(spec.text)
+    if text is None:
+        return None
+    narrowed = replace(spec, text=text)
+    for engine in order:
+        try:
+            return replace(_check(engine, narrowed, UnenforcedPolicy.REFUSE), narrowed_text=text)
+        except InvalidGrammarError:
+            continue
+    return None
 
 
 def _as_compiled(spec: GrammarSpec) -> GrammarSpec:
@@ -220,6 +257,7 @@ def upgrade_target(spec: GrammarSpec, chosen: Route, *, slow: bool) -> EngineNam
     if (
         chosen.engine is not EngineName.LLGUIDANCE
         or chosen.findings
+        or chosen.narrowed_text is not None
         or not slow
         or len(compiled.text) >= QUICK_SPEC_CHARS
         or xgrammar_compile_estimate_s(compiled) > UPGRADE_MAX_COMPILE_S
@@ -375,7 +413,14 @@ class RoutedEngine:
     def compile_part(self, spec: GrammarSpec, part: str) -> RoutedCompiled:
         engine = EngineName(part)
         logger.debug("grammar-guard: %s compiles with %s", spec.describe(), engine.value)
-        return RoutedCompiled(engine, self._engines[engine].compile(spec))
+        return RoutedCompiled(engine, self._engines[engine].compile(self._served(spec)))
+
+    def _served(self, spec: GrammarSpec) -> GrammarSpec:
+        """What the engines compile for ``spec``: the client's, or the narrowed schema."""
+        chosen = self._decisions(spec).route
+        if chosen is None or chosen.narrowed_text is None:
+            return spec
+        return replace(spec, text=chosen.narrowed_text)
 
     def new_matcher(
         self,

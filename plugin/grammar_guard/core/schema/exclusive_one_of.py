@@ -50,6 +50,60 @@ def exclusive_one_of_as_any_of(
     ``keep_alive`` holds the schemas made for the test for as long as
     ``facts`` lives: it remembers schemas by ``id``.
     """
+    return _as_any_of(node, facts, keep_alive)
+
+
+def narrowed_one_of_as_any_of(
+    node: dict[str, Any], facts: SchemaFacts, keep_alive: list[Any]
+) -> dict[str, Any] | None:
+    """``node`` narrowed to require a property that tells its branches apart, as ``anyOf``.
+
+    For a ``oneOf`` no exact rewrite serves (:func:`_optional_discriminator`);
+    None where there is no such property.
+    """
+    name = _optional_discriminator(node, facts)
+    if name is None:
+        return None
+    return _as_any_of({**node, "required": [*node.get("required", []), name]}, facts, keep_alive)
+
+
+def _optional_discriminator(node: dict[str, Any], facts: SchemaFacts) -> str | None:
+    """A property every branch lists with values no other branch's allow, which none requires.
+
+    Requiring it narrows the node: an object without it is refused, though
+    it may be valid (the one over-constraint of the rewrite). In return the
+    branches exclude each other, and the node is served, not refused: a
+    ``"kind"`` each branch gives values of its own and leaves optional, or a
+    ``"meta"`` object each branch requires a ``"system"`` of its own in.
+    """
+    branches, required = node.get("oneOf"), node.get("required", [])
+    if not isinstance(branches, list) or not 1 < len(branches) <= MAX_BRANCHES:
+        return None
+    if not isinstance(required, list):
+        return None
+    listed = [facts.property_schemas(branch) for branch in branches]
+    names = set.intersection(*(set(schemas) for schemas in listed)) - set(required)
+    for name in sorted(names)[:MAX_SHARED_NAMES]:
+        schemas = [each[name] for each in listed]
+        if not all(facts.types(schema) for own in schemas for schema in own):
+            continue  # a branch that forbids it would be dropped, not told apart
+        if all(
+            _told_apart(facts, schemas[index], schemas[other])
+            for index in range(len(schemas))
+            for other in range(index + 1, len(schemas))
+        ):
+            return name
+    return None
+
+
+def _told_apart(facts: SchemaFacts, left: tuple[Any, ...], right: tuple[Any, ...]) -> bool:
+    return any(facts.exclusive(one, other, nested=False) for one in left for other in right)
+
+
+def _as_any_of(
+    node: dict[str, Any], facts: SchemaFacts, keep_alive: list[Any]
+) -> dict[str, Any] | None:
+    """``node`` with its ``oneOf`` as ``anyOf``, if its branches are exclusive as written."""
     branches = node.get("oneOf")
     if "anyOf" in node or not isinstance(branches, list) or len(branches) > MAX_BRANCHES:
         return None

@@ -15,6 +15,9 @@ from grammar_guard.core.schema.vocabulary import JSON_TYPES
 _Fact = TypeVar("_Fact")
 # Patterns compared per schema: each pair is read, so their number is bounded.
 _MAX_PATTERNS = 4
+# Names both sides require, and schemas per name, compared one level down.
+MAX_COMPARED_NAMES = 64
+_MAX_PROPERTY_SCHEMAS = 4
 # Each pattern read once however many branches it is compared with.
 _first_chars = functools.lru_cache(maxsize=256)(first_chars)
 
@@ -37,6 +40,7 @@ class SchemaFacts:
         self._names: dict[int, frozenset[str]] = {}
         self._property_values: dict[int, dict[str, frozenset[Any]]] = {}
         self._patterns: dict[int, tuple[str, ...]] = {}
+        self._property_schemas: dict[int, dict[str, tuple[Any, ...]]] = {}
         self._depth = 0
 
     def _memoised(
@@ -71,6 +75,14 @@ class SchemaFacts:
         if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
             return resolve_pointer(self.root, ref[1:])
         return MISSING
+
+    def _parts(self, schema: dict[str, Any]) -> list[Any]:
+        """The schemas every value of ``schema`` is also valid against: its target, its allOf."""
+        target = self.target(schema)
+        parts = [target] if target is not MISSING else []
+        if isinstance(schema.get("allOf"), list):
+            parts.extend(schema["allOf"])
+        return parts
 
     def types(self, schema: Any) -> frozenset[str]:
         """The JSON types of the values ``schema`` validates, at most."""
@@ -113,11 +125,7 @@ class SchemaFacts:
         elif isinstance(schema.get("enum"), list):
             found = frozenset(canonical(value) for value in schema["enum"])
         else:
-            target = self.target(schema)
-            candidates = [target] if target is not MISSING else []
-            if isinstance(schema.get("allOf"), list):
-                candidates.extend(schema["allOf"])
-            for candidate in candidates:
+            for candidate in self._parts(schema):
                 found = self.values(candidate)
                 if found is not None:
                     break
@@ -148,11 +156,7 @@ class SchemaFacts:
                 values = self.values(subschema)
                 if values is not None:
                     found[name] = values
-        target = self.target(schema)
-        parts = [target] if target is not MISSING else []
-        if isinstance(schema.get("allOf"), list):
-            parts.extend(schema["allOf"])
-        for part in parts:
+        for part in self._parts(schema):
             for name, values in self.property_values(part).items():
                 # Each part holds: a value meets both limits.
                 found[name] = found[name] & values if name in found else values
@@ -179,8 +183,13 @@ class SchemaFacts:
                 names |= self.required_names(branch)
         return names
 
-    def exclusive(self, left: Any, right: Any) -> bool:
-        """Whether no value is valid against both (a sufficient test, not an exact one)."""
+    def exclusive(self, left: Any, right: Any, *, nested: bool = True) -> bool:
+        """Whether no value is valid against both (a sufficient test, not an exact one).
+
+        With ``nested``, a name both require whose schemas exclude each other
+        (tested without ``nested``: one level down) proves it too, as a
+        ``"meta": {"required": ["kind"], ...}`` told apart by its ``kind`` does.
+        """
         left_types, right_types = self.types(left), self.types(right)
         if not left_types & right_types:
             return True
@@ -194,7 +203,36 @@ class SchemaFacts:
             for name in left_props.keys() & right_props.keys():
                 if not left_props[name] & right_props[name]:
                     return True
+            if nested:
+                return self._required_schemas_exclusive(left, right)
         return False
+
+    def _required_schemas_exclusive(self, left: Any, right: Any) -> bool:
+        """Whether a name both require has, on each side, a schema excluding the other's."""
+        shared = sorted(self.required_names(left) & self.required_names(right))
+        left_schemas, right_schemas = self.property_schemas(left), self.property_schemas(right)
+        return any(
+            self.exclusive(one, other, nested=False)
+            for name in shared[:MAX_COMPARED_NAMES]
+            for one in left_schemas.get(name, ())
+            for other in right_schemas.get(name, ())
+        )
+
+    def property_schemas(self, schema: Any) -> dict[str, tuple[Any, ...]]:
+        """The schemas each listed property's value must be valid against (a few at most)."""
+        if not isinstance(schema, dict):
+            return {}
+        return self._memoised(self._property_schemas, schema, {}, self._compute_property_schemas)
+
+    def _compute_property_schemas(self, schema: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+        found: dict[str, tuple[Any, ...]] = {}
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            found = {name: (subschema,) for name, subschema in properties.items()}
+        for part in self._parts(schema):
+            for name, subschemas in self.property_schemas(part).items():
+                found[name] = (*found.get(name, ()), *subschemas)[:_MAX_PROPERTY_SCHEMAS]
+        return found
 
     def _patterns_disjoint(self, left: Any, right: Any) -> bool:
         """Whether a pattern each must match starts with characters the other's cannot."""
@@ -212,10 +250,6 @@ class SchemaFacts:
 
     def _compute_patterns(self, schema: dict[str, Any]) -> tuple[str, ...]:
         found = [schema["pattern"]] if isinstance(schema.get("pattern"), str) else []
-        target = self.target(schema)
-        parts = [target] if target is not MISSING else []
-        if isinstance(schema.get("allOf"), list):
-            parts.extend(schema["allOf"])
-        for part in parts:
+        for part in self._parts(schema):
             found.extend(self.patterns(part))
         return tuple(found[:_MAX_PATTERNS])

@@ -56,12 +56,18 @@ def as_written(finding: Finding, document: Any) -> Finding:
     A ``format`` is rewritten as a ``pattern`` (and, for a host name, a
     ``maxLength``) that the client never wrote: a keyword the engine would
     not enforce there is reported as that ``format``, in the client's words.
-    Any other finding already points into ``document`` and is returned as is.
+    So is a ``not`` written as what it leaves (a ``contains``, for a ``not``
+    of ``items``). Any other finding already points into ``document`` and is
+    returned as is.
     """
     parent, _, keyword = finding.pointer.rpartition("/")
     node = resolve_pointer(document, parent)
-    if not isinstance(node, dict) or keyword in node or "format" not in node:
+    if not isinstance(node, dict) or keyword in node:
         return finding
+    if "format" not in node:
+        if "not" not in node:
+            return finding
+        return replace(finding, keyword="not", pointer=join_pointer(parent, "not"), value=None)
     value = node["format"]
     return replace(
         finding,

@@ -13,6 +13,9 @@
   values of its types outside them (:func:`values_outside`): the other
   types, booleans and strings (a ``pattern``, :mod:`string_complement`),
   the ranges between the named numbers;
+- ``"not": {"items": S}``: the arrays with an item that S refuses,
+  ``"type": "array"`` and ``"contains": {"not": S}`` (``"contains": X`` for
+  ``"items": {"not": X}``, as draft-04 schemas write ``contains``);
 - ``"not": {"type": ...}`` otherwise: the schema's own types (all of them
   if it has none) less the negated ones, as its ``type``, where type names
   can say it. ``integer`` is part of ``number``, but the numbers that are
@@ -75,6 +78,8 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
     constraints = {k: v for k, v in negated.items() if can_fail(k, v, negated)}
     if not constraints:
         return _nothing(node)
+    if constraints.keys() == {"items"}:
+        return _some_item(node, rest, own_types, constraints["items"])
     if not constraints.keys() <= _DECIDED:
         return _named_values_left(node, rest, negated) if node.keys() & {"enum", "const"} else None
     if "type" in constraints and type_names(constraints["type"]) is None:
@@ -88,6 +93,23 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
     if "type" not in constraints:
         return _named_left(node, rest, own_types, constraints)
     return None
+
+
+def _some_item(
+    node: dict[str, Any], rest: dict[str, Any], own_types: tuple[str, ...], items: Any
+) -> Any:
+    """``not {"items": S}``: an array with an item S refuses, a ``contains`` of ``not S``.
+
+    ``items`` passes every value that is no array, so its ``not`` takes
+    arrays only; ``not {"items": {"not": X}}`` is ``contains`` X. None where
+    the node has a ``contains`` of its own.
+    """
+    if "contains" in node:
+        return None
+    if "array" not in own_types:
+        return _nothing(node)
+    negated = isinstance(items, dict) and items.keys() == {"not"}
+    return {**rest, "type": "array", "contains": items["not"] if negated else {"not": items}}
 
 
 def _named_left(

@@ -64,9 +64,13 @@ from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.input_limits import check_json_value
 from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
 from grammar_guard.core.schema.boolean_forms import combinators_as_any_of
+from grammar_guard.core.schema.contains_narrowing import narrowed_contains
 from grammar_guard.core.schema.dependencies import dependencies_as_any_of
 from grammar_guard.core.schema.ecma_whitespace import WHITESPACE_MEMBERS, whitespace_written_out
-from grammar_guard.core.schema.exclusive_one_of import exclusive_one_of_as_any_of
+from grammar_guard.core.schema.exclusive_one_of import (
+    exclusive_one_of_as_any_of,
+    narrowed_one_of_as_any_of,
+)
 from grammar_guard.core.schema.facts import SchemaFacts
 from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.negation import negation_rewritten
@@ -90,8 +94,8 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation:4,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,exclusive-one-of-any-of:2"
+    "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
+    "ecma-whitespace-written,exclusive-one-of-any-of:3,one-of-narrowed-by-optional-name,contains-narrowed:4"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -133,13 +137,19 @@ class _TooDeep(Exception):
     """The rewrite nests schemas inside one another past its bound."""
 
 
-def rewrite_schema(document: Any) -> Any:
+def rewrite_schema(document: Any, *, narrow: bool = False) -> Any:
     """``document``, a parsed JSON schema, with each construct rewritten that can be.
 
+    With ``narrow``, a ``oneOf`` that no exact rewrite serves is narrowed to
+    the objects that have a property telling its branches apart
+    (:func:`~grammar_guard.core.schema.exclusive_one_of.narrowed_one_of_as_any_of`),
+    and a ``contains`` to the arrays with a match among their first items
+    (:mod:`~grammar_guard.core.schema.contains_narrowing`): routing asks for
+    that only for a schema no engine serves as it is.
     Pure: ``document`` is never changed, and comes back itself when nothing
     was rewritten.
     """
-    return _Rewrite(document).run()
+    return _Rewrite(document, narrow=narrow).run()
 
 
 @functools.lru_cache(maxsize=_REMEMBERED_TEXTS)
@@ -154,6 +164,14 @@ def rewritten_schema_text(text: str) -> str:
     if rewritten is document:
         return text
     return json.dumps(rewritten, separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=_REMEMBERED_TEXTS)
+def narrowed_schema_text(text: str) -> str | None:
+    """The schema ``text`` rewritten with ``narrow``, as compact JSON; None if no narrower."""
+    narrowed = rewrite_schema(json.loads(text), narrow=True)
+    written = json.dumps(narrowed, separators=(",", ":"), ensure_ascii=False)
+    return None if written == rewritten_schema_text(text) else written
 
 
 def _version() -> str:
@@ -180,8 +198,9 @@ class _Rewrite:
     ``anyOf``) no longer merges with another.
     """
 
-    def __init__(self, document: Any) -> None:
+    def __init__(self, document: Any, *, narrow: bool) -> None:
         self.document = document
+        self.narrow = narrow
         self.pinned = _pinned_pointers(document)
         # Where something reads what its neighbours evaluated, no anyOf is
         # written from branches: they drop keywords that constrain nothing
@@ -259,8 +278,14 @@ class _Rewrite:
         as branches; ``node`` is the schema as the client wrote it."""
         exclusive = exclusive_one_of_as_any_of(result, self.facts, self.made)
         result = result if exclusive is None else exclusive
+        if self.narrow:
+            # Before the combinators, which merge the node into the anyOf it writes.
+            result = narrowed_contains(result) or result
         combined = combinators_as_any_of(result, node, self.merger.conjoin)
-        return result if combined is None else combined
+        if combined is not None or not self.narrow:
+            return result if combined is None else combined
+        narrowed = narrowed_one_of_as_any_of(result, self.facts, self.made)
+        return result if narrowed is None else narrowed
 
     def dependencies_written(
         self, result: dict[str, Any], node: dict[str, Any], pointer: str
