@@ -557,3 +557,25 @@ def test_a_schema_is_read_as_2020_12_whatever_its_schema_says(
         engine.compile(_spec(RequestKind.JSON_SCHEMA, {**schema, "title": "check"})),
         text.replace("2", "1"),
     )
+
+
+@pytest.mark.parametrize(
+    ("dialect", "identifier"),
+    [("http://json-schema.org/draft-04/schema#", "id"), (None, "$id")],
+)
+def test_an_earlier_drafts_plain_name_identifier_still_resolves(
+    dialect: str | None, identifier: str
+) -> None:
+    point = {identifier: "#point", "type": "object", "required": ["x"]}
+    schema: dict[str, Any] = {
+        "definitions": {"p": {**point, "properties": {"x": {"type": "integer"}}}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#point"}},
+        "required": ["a"],
+    }
+    if dialect is not None:
+        schema["$schema"] = dialect
+    engine = LLGuidanceEngine(llguidance.LLTokenizer(ByteVocabulary()))
+    compiled = engine.compile(_spec(RequestKind.JSON_SCHEMA, schema))
+    assert llguidance_accepts(compiled, '{"a":{"x":1}}')
+    assert not llguidance_accepts(compiled, '{"a":{"x":"1"}}')

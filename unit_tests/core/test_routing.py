@@ -16,7 +16,13 @@ from grammar_guard.core.errors import (
 )
 from grammar_guard.core.llguidance_engine import LLGuidanceEngine
 from grammar_guard.core.llguidance_rewrite import EngineDoesNotSupport
-from grammar_guard.core.routing import EngineName, RoutedEngine, RoutedRecipe, route
+from grammar_guard.core.routing import (
+    NARROWED_MAX_CHARS,
+    EngineName,
+    RoutedEngine,
+    RoutedRecipe,
+    route,
+)
 from grammar_guard.core.settings import EngineSelection, UnenforcedPolicy
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_cost import (
@@ -369,3 +375,9 @@ def test_a_not_written_as_a_contains_is_refused_as_the_not_the_client_wrote() ->
     schema = {"type": "array", "prefixItems": [{}], "not": {"items": {"not": {"type": "integer"}}}}
     with pytest.raises(UnenforcedKeywordError, match="'not' at /not;"):
         route(_json(schema))
+
+
+def test_a_schema_past_the_narrowing_bound_is_refused_as_written() -> None:
+    padded = {**OPTIONAL_DISCRIMINATOR, "description": "x" * NARROWED_MAX_CHARS}
+    with pytest.raises(UnenforcedKeywordError, match="oneOf"):
+        route(_json(padded))

@@ -48,6 +48,8 @@ from grammar_guard.core.spec import GrammarSpec, RequestKind
 # How llguidance's strict JSON compiler names what it would not enforce.
 _UNIMPLEMENTED_KEYS = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+# A plain-name fragment, as drafts before 2019-09 wrote anchors in "id" or "$id".
+_PLAIN_NAME = re.compile(r"#[A-Za-z_][-A-Za-z0-9._]*")
 # The most items a row of llguidance's parser holds (lark_alternations.py).
 _ROW_ITEMS = llguidance.LLParserLimits().max_items_in_row
 # Goes into the fingerprint: a grammar stored before one of these rewrites
@@ -169,12 +171,21 @@ def read_as_2020_12(schema: Any) -> Any:
     2020-12 keywords. llguidance 1.7 reads a draft-04 ``$schema`` as draft-04
     and then ignores ``const``, ``propertyNames`` and ``dependentRequired``
     (``{"$schema": ".../draft-04/schema#", "const": 1}`` accepts ``2``), and
-    ignores ``prefixItems`` under draft-07 and 2019-09.
+    ignores ``prefixItems`` under draft-07 and 2019-09. An earlier draft's
+    plain-name identifier (``"id": "#point"``, ``"$id": "#point"``), which a
+    ``"$ref": "#point"`` resolves to, is written as the ``$anchor`` 2020-12
+    names it with.
     """
     if not isinstance(schema, dict):
         return schema
     node = with_children(schema, "", lambda child, _, __: read_as_2020_12(child))
-    return {key: value for key, value in node.items() if key != "$schema"}
+    read = {key: value for key, value in node.items() if key != "$schema"}
+    for keyword in ("id", "$id"):
+        value = read.get(keyword)
+        if "$anchor" not in read and isinstance(value, str) and _PLAIN_NAME.fullmatch(value):
+            del read[keyword]
+            read["$anchor"] = value[1:]
+    return read
 
 
 # Formats llguidance 1.7 accepts values of that the format forbids, found by

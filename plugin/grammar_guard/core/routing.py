@@ -80,6 +80,10 @@ QUICK_SPEC_CHARS = 16 * 1024
 # characters). Beyond this a key stays on llguidance.
 UPGRADE_MAX_COMPILE_S = 10.0
 _REMEMBERED_ROUTES = 1024
+# The longest schema tried narrowed: a second rewrite of a refused schema
+# doubles what refusing it costs, which a hostile client can ask for at
+# will; the schemas narrowing serves are a few kB.
+NARROWED_MAX_CHARS = 64 * 1024
 # How llguidance says it proved a schema allows nothing.
 _UNSATISFIABLE = "Unsatisfiable schema"
 # How xgrammar says a subschema allows nothing; the client may have written
@@ -164,8 +168,10 @@ def _narrowed_route(
     property no branch requires gets it required), so it is tried only
     where the schema would be refused, never where an engine serves it.
     """
-    if spec.kind is not RequestKind.JSON_SCHEMA or not any(
-        isinstance(refusal, UnenforcedKeywordError) for refusal in refusals.values()
+    if (
+        spec.kind is not RequestKind.JSON_SCHEMA
+        or len(spec.text) > NARROWED_MAX_CHARS
+        or not any(isinstance(refusal, UnenforcedKeywordError) for refusal in refusals.values())
     ):
         return None
     text = narrowed_schema_text(spec.text)

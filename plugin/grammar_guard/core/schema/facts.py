@@ -31,6 +31,9 @@ class SchemaFacts:
 
     # Lookups nested deeper than this give up, answering what claims nothing.
     MAX_DEPTH = 64
+    # Exclusivity tests one document may ask for; past them none proves anything
+    # (which only refuses more), so many wide oneOfs cost bounded time.
+    MAX_COMPARISONS = 20_000
 
     def __init__(self, root: Any) -> None:
         self.root = root
@@ -42,6 +45,7 @@ class SchemaFacts:
         self._patterns: dict[int, tuple[str, ...]] = {}
         self._property_schemas: dict[int, dict[str, tuple[Any, ...]]] = {}
         self._depth = 0
+        self._comparisons_left = self.MAX_COMPARISONS
 
     def _memoised(
         self,
@@ -190,6 +194,9 @@ class SchemaFacts:
         (tested without ``nested``: one level down) proves it too, as a
         ``"meta": {"required": ["kind"], ...}`` told apart by its ``kind`` does.
         """
+        if self._comparisons_left <= 0:
+            return False
+        self._comparisons_left -= 1
         left_types, right_types = self.types(left), self.types(right)
         if not left_types & right_types:
             return True
