@@ -282,9 +282,9 @@ class _Rewrite:
             # Before the combinators, which merge the node into the anyOf it writes.
             result = narrowed_contains(result) or result
         combined = combinators_as_any_of(result, node, self.merger.conjoin)
-        if combined is not None or not self.narrow:
-            return result if combined is None else combined
-        narrowed = narrowed_one_of_as_any_of(result, self.facts, self.made)
+        if combined is not None:
+            return combined
+        narrowed = narrowed_one_of_as_any_of(result, self.facts, self.made) if self.narrow else None
         return result if narrowed is None else narrowed
 
     def dependencies_written(
