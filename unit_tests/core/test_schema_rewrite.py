@@ -259,6 +259,35 @@ REWRITTEN: list[tuple[str, Any, Any]] = [
 
 REWRITTEN += [
     (
+        "propertyNames false: no name at all",
+        {"type": "object", "propertyNames": False},
+        {"type": "object", "maxProperties": 0},
+    ),
+    ("propertyNames true: any name", {"type": "object", "propertyNames": True}, {"type": "object"}),
+    (
+        "prefixItems: true is any item, and no item can fill a false or what follows it",
+        {"type": "array", "prefixItems": [True, {"type": "string"}, False, {}], "maxItems": 5},
+        {"type": "array", "prefixItems": [{}, {"type": "string"}], "maxItems": 2},
+    ),
+    (
+        "false branches: no value passes them",
+        {"anyOf": [False, {"type": "string"}], "oneOf": [{"minLength": 2}, False]},
+        {"type": "string", "minLength": 2},
+    ),
+    (
+        "prefixItems past maxItems",
+        {"type": "array", "prefixItems": [{"type": "string"}, {}], "maxItems": 1},
+        {"type": "array", "prefixItems": [{"type": "string"}], "maxItems": 1},
+    ),
+    (
+        "prefixItems whose first entry is false: no item at all",
+        {"type": "array", "prefixItems": [False], "items": {"type": "string"}},
+        {"type": "array", "items": {"type": "string"}, "maxItems": 0},
+    ),
+]
+
+REWRITTEN += [
+    (
         "unevaluatedProperties after the merge: what additionalProperties means",
         {
             "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}],
@@ -346,10 +375,15 @@ KEPT: list[tuple[str, Any]] = [
         {"prefixItems": [{}], "contains": {"type": "string"}, "unevaluatedItems": False},
     ),
     (
-        "an embedded $id",
-        {"allOf": [{"$id": "x.json", "type": "integer"}, {"type": "integer", "minimum": 1}]},
+        "an embedded $id with a fragment (a draft-07 anchor)",
+        {"allOf": [{"$id": "#x", "type": "integer"}, {"type": "integer", "minimum": 1}]},
+    ),
+    (
+        "an embedded $id beside a reference to no resource of the document",
+        {"allOf": [{"$id": "x.json", "type": "integer"}, {"$ref": "y.json"}]},
     ),
     ("a remote reference", {"allOf": [{"$ref": "http://x/s.json"}, {"type": "integer"}]}),
+    ("only false branches: no value, which the engines say", {"anyOf": [False]}),
     ("an untyped object shape", {"properties": {"a": {"type": "integer"}}, "required": ["a"]}),
     ("an untyped schema with an enum", {"enum": [1, "a"], "minimum": 0}),
     ("an untyped schema with a reference", {"$defs": {"n": {}}, "$ref": "#/$defs/n", "minimum": 0}),

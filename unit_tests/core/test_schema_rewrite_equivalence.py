@@ -215,16 +215,16 @@ def _keyword_values(depth: int) -> dict[str, st.SearchStrategy[Any]]:
         "uniqueItems": st.booleans(),
         "dependentRequired": st.just({"a": ["b"]}),
         "propertyNames": st.sampled_from(
-            ({"maxLength": 1}, {"pattern": "^[ab]$"}, {"enum": ["a", "c"]})
+            ({"maxLength": 1}, {"pattern": "^[ab]$"}, {"enum": ["a", "c"]}, True, False)
         ),
         "$ref": st.sampled_from(("#/$defs/d", "#/$defs/e")),
         "properties": st.dictionaries(st.sampled_from(_NAMES), sub(), max_size=2),
         "additionalProperties": st.booleans() | sub(),
         "patternProperties": st.dictionaries(st.sampled_from(("^a", "b$")), sub(), max_size=1),
         "items": st.booleans() | sub(),
-        "prefixItems": st.lists(sub(), min_size=1, max_size=2),
+        "prefixItems": st.lists(st.booleans() | sub(), min_size=1, max_size=3),
         "contains": sub(),
-        "anyOf": st.lists(sub(), min_size=1, max_size=2),
+        "anyOf": st.lists(sub() | st.just(False), min_size=1, max_size=2),
         "not": sub(),
         "allOf": st.lists(sub(), min_size=1, max_size=2),
     }
@@ -411,6 +411,8 @@ _OBJECT_KEYWORDS = (
 )  # fmt: skip
 _TRIGGERS = (*_NAMES, "d")
 _DEPENDENCY_KEYWORDS = ("dependentRequired", "dependentSchemas", "dependencies")
+# What names a schema for references; resolved, the embedded ones are dropped.
+_IDENTIFIERS = ("$id", "$anchor", "$dynamicAnchor", "$dynamicRef")
 
 
 @st.composite
@@ -804,6 +806,54 @@ def test_unevaluated_keywords_written_as_adjacent_accept_exactly_what_they_accep
     assert seen["written, some valid"] >= 60 and seen["kept"] >= 20, seen
 
 
+# Bundles: resources named by $id, anchors and dynamic anchors, nested so that
+# a relative name resolves against the resource around it, and references
+# by name, by anchor and by pointer, some of them to nothing.
+_RESOURCE_IDS = ("a.json", "dir/b.json", "c", "https://example.com/other/d.json")
+_REFERENCES = (
+    "a.json", "dir/b.json", "b.json", "c", "d.json", "#x", "#y", "a.json#x", "c#y",
+    "#/$defs/r0", "a.json#/minimum", "#/$defs/r0/$defs/r1", "https://example.com/other/d.json",
+)  # fmt: skip
+
+
+@st.composite
+def _resource(draw: st.DrawFn, name: int) -> dict[str, Any]:
+    node = draw(_schemas(depth=1, keywords=(*_SCALAR_KEYWORDS, "properties", "items")))
+    if draw(st.integers(0, 3)):
+        node["$id"] = draw(st.sampled_from(_RESOURCE_IDS))
+    if draw(st.booleans()):
+        kind = draw(st.sampled_from(("$anchor", "$dynamicAnchor")))
+        node[kind] = draw(st.sampled_from(("x", "y")))
+    if draw(st.integers(0, 2)) == 0:
+        node[draw(st.sampled_from(("$ref", "$dynamicRef")))] = draw(st.sampled_from(_REFERENCES))
+    if name == 0 and draw(st.booleans()):
+        node["$defs"] = {"r1": draw(_resource(1))}
+    return node
+
+
+@st.composite
+def bundled_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    """An object whose properties refer into a bundle of resources."""
+    resources = {f"r{i}": draw(_resource(i)) for i in range(draw(st.integers(1, 3)))}
+    reference = st.fixed_dictionaries(
+        {draw(st.sampled_from(("$ref", "$dynamicRef"))): st.sampled_from(_REFERENCES)}
+    )
+    properties = draw(st.dictionaries(st.sampled_from(_NAMES), reference, min_size=1))
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "$defs": resources}
+    if draw(st.booleans()):
+        schema["$id"] = "https://example.com/root/r.json"
+    return schema
+
+
+def _bundle_outcome(schema: Any, rewritten: Any) -> str:
+    return "kept" if rewritten is schema else "resolved"
+
+
+def test_references_resolved_within_the_document_accept_exactly_what_they_accept() -> None:
+    seen = _run(bundled_schemas(), _bundle_outcome, 300)
+    assert seen["resolved, some valid"] >= 40 and seen["kept"] >= 40, seen
+
+
 # --- the repository's data --------------------------------------------------------------
 
 
@@ -837,12 +887,20 @@ def test_every_suite_schema_the_rewrite_changes_keeps_each_verdict() -> None:
     assert len(changed["dependencies"]) >= 13 and len(changed["not"]) >= 5, changed
     # oneOf.json and if-then-else.json, whose branches are bounds, types and required names.
     assert len(changed["oneOf, if"]) >= 14, changed
+    # anchor.json, ref.json and dynamicRef.json: bundles whose references name resources.
+    assert len(changed["references"]) >= 25, changed
 
 
 def _changed(cases: Iterator[tuple[str, Any, list[Any]]]) -> dict[str, list[str]]:
     """The cases the rewrite changes (each keeping its verdicts), and those where it wrote out
     a ``not`` or a dependency keyword."""
-    changed: dict[str, list[str]] = {"any": [], "not": [], "dependencies": [], "oneOf, if": []}
+    changed: dict[str, list[str]] = {
+        "any": [],
+        "not": [],
+        "dependencies": [],
+        "oneOf, if": [],
+        "references": [],
+    }
     for name, schema, instances in cases:
         rewritten = assert_equivalent(schema, instances)
         if rewritten is schema:
@@ -854,6 +912,8 @@ def _changed(cases: Iterator[tuple[str, Any, list[Any]]]) -> dict[str, list[str]
             changed["dependencies"].append(name)
         if _holding(rewritten, ("oneOf", "if")) < _holding(schema, ("oneOf", "if")):
             changed["oneOf, if"].append(name)
+        if _holding(rewritten, _IDENTIFIERS) < _holding(schema, _IDENTIFIERS):
+            changed["references"].append(name)
     return changed
 
 

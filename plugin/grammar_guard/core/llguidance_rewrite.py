@@ -35,10 +35,11 @@ from grammar_guard.core.grammar_text import grammar_is_lark
 from grammar_guard.core.lark_alternations import widest_rule_alternation
 from grammar_guard.core.listed_patterns import fold_listed_patterns
 from grammar_guard.core.schema.capabilities import PatternSupport
+from grammar_guard.core.schema.children import with_children
 from grammar_guard.core.schema.findings import Finding
 from grammar_guard.core.schema.pointers import join_pointer
 from grammar_guard.core.schema.regex_scan import pattern_problems
-from grammar_guard.core.schema.rewrite import rewritten_schema_text, with_children
+from grammar_guard.core.schema.rewrite import rewritten_schema_text
 from grammar_guard.core.schema.vocabulary import (
     subschemas,
 )

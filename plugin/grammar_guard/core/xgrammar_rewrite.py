@@ -26,9 +26,10 @@ from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordErro
 from grammar_guard.core.grammar_text import grammar_is_lark
 from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.schema.capabilities import EngineCapabilities
+from grammar_guard.core.schema.children import with_children
 from grammar_guard.core.schema.findings import Finding, as_written
 from grammar_guard.core.schema.pointers import join_pointer
-from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text, with_children
+from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text
 from grammar_guard.core.settings import UnenforcedPolicy
 from grammar_guard.core.spec import GrammarSpec, RequestKind
 from grammar_guard.core.xgrammar_capabilities import XGRAMMAR

@@ -7,6 +7,11 @@ that an exact regex can stand for. :func:`rewrite_schema` writes each as the
 equivalent schema the engines enforce, and both engines and the analysis of
 what they leave unenforced read the rewritten schema:
 
+- first, references that name a schema of the document by an embedded
+  ``$id``, an ``$anchor`` or a ``$dynamicRef`` that one anchor settles,
+  written as JSON pointers from the root
+  (:mod:`~grammar_guard.core.schema.local_references`), so that the steps
+  below may move the schemas such a document holds;
 - ``allOf`` merged into its parent (:mod:`~grammar_guard.core.schema.all_of_merge`);
 - a ``format`` with an exact pattern (:mod:`~grammar_guard.core.schema.formats`)
   written as that ``pattern``: both apply to strings only;
@@ -33,7 +38,10 @@ what they leave unenforced read the rewritten schema:
   written as the classes they stand for, Unicode spaces included
   (:mod:`~grammar_guard.core.schema.ecma_whitespace`);
 - a length or count written as a whole float (``"maxItems": 2.0``) written as
-  the integer it is, which is all the engines take.
+  the integer it is, which is all the engines take;
+- a boolean ``propertyNames`` or ``prefixItems`` entry written as the
+  keywords that say the same, and prefix items past ``maxItems`` dropped
+  (:mod:`~grammar_guard.core.schema.boolean_subschemas`).
 
 Every rewrite accepts exactly the values the schema accepts (draft 2020-12,
 ``format`` read as an assertion and ``dependencies`` as the draft-07
@@ -41,8 +49,9 @@ constraint, as the analysis reads them). Where that
 cannot be shown, the construct stays as written and is refused or routed as
 before. Moving a subschema is only safe where nothing refers into it, so a
 schema that a ``$ref`` points inside of is never restructured, and a
-document whose references are not plain local JSON pointers (anchors,
-``$id``\\ s, dynamic references) only gets its formats rewritten. A schema
+document whose references are still not plain local JSON pointers after
+the first step (another document's, or one the dynamic scope decides)
+only gets its formats rewritten. A schema
 with ``unevaluated*`` reads what its in-place applicators evaluated: only
 its own ``allOf`` is merged into it (which keeps that), never it into
 another schema; with no applicator left it is written as the adjacent
@@ -56,7 +65,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
@@ -64,6 +73,8 @@ from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.input_limits import check_json_value
 from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
 from grammar_guard.core.schema.boolean_forms import combinators_as_any_of
+from grammar_guard.core.schema.boolean_subschemas import booleans_written
+from grammar_guard.core.schema.children import with_children
 from grammar_guard.core.schema.contains_narrowing import narrowed_contains
 from grammar_guard.core.schema.dependencies import dependencies_as_any_of
 from grammar_guard.core.schema.ecma_whitespace import WHITESPACE_MEMBERS, whitespace_written_out
@@ -73,18 +84,14 @@ from grammar_guard.core.schema.exclusive_one_of import (
 )
 from grammar_guard.core.schema.facts import SchemaFacts
 from grammar_guard.core.schema.formats import format_max_length, format_pattern
+from grammar_guard.core.schema.local_references import references_as_pointers
 from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
 from grammar_guard.core.schema.unevaluated import KEYWORDS as UNEVALUATED
 from grammar_guard.core.schema.unevaluated import unevaluated_as_adjacent
 from grammar_guard.core.schema.untyped import split_by_type
 from grammar_guard.core.schema.values import count_values
-from grammar_guard.core.schema.vocabulary import (
-    SCHEMA_LISTS,
-    SCHEMA_MAPS,
-    SCHEMA_VALUES,
-    subschemas,
-)
+from grammar_guard.core.schema.vocabulary import ANNOTATIONS, subschemas
 
 # The formats draft 2020-12 defines: those formats.py may hold a pattern for.
 DEFINED_FORMATS = (
@@ -93,7 +100,7 @@ DEFINED_FORMATS = (
     "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
 )  # fmt: skip
 _RULES = (
-    "all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
+    "references-as-pointers,boolean-subschemas,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
     "ecma-whitespace-written,exclusive-one-of-any-of:3,one-of-narrowed-by-optional-name,contains-narrowed:4"
 )
@@ -198,7 +205,9 @@ class _Rewrite:
     ``anyOf``) no longer merges with another.
     """
 
-    def __init__(self, document: Any, *, narrow: bool) -> None:
+    def __init__(self, client_document: Any, *, narrow: bool) -> None:
+        # First, so that every later step reads references as root pointers.
+        document = references_as_pointers(client_document)
         self.document = document
         self.narrow = narrow
         self.pinned = _pinned_pointers(document)
@@ -249,7 +258,10 @@ class _Rewrite:
                 node, pointer, lambda child, _, where: self.merge(child, where)
             )
             result = _patterns_whitespace_written(
-                _counts_as_integers(_format_as_pattern(children)),
+                booleans_written(
+                    _counts_as_integers(_format_as_pattern(children)),
+                    movable=self.movable(pointer),
+                ),
                 keys_movable=self.movable(pointer),
             )
             if "allOf" in result and self.movable(pointer):
@@ -268,10 +280,25 @@ class _Rewrite:
                 if isinstance(result, dict):
                     adjacent = unevaluated_as_adjacent(result)
                     result = result if adjacent is None else adjacent
+            if isinstance(result, dict):
+                result = self.boolean_target(result)
         finally:
             self.in_progress.discard(pointer)
         self.merged[pointer] = result
         return result
+
+    def boolean_target(self, result: dict[str, Any]) -> Any:
+        """``result`` itself, or the boolean a lone ``$ref`` of it resolves to.
+
+        Neither engine takes a reference to ``false`` (llguidance:
+        "Unsatisfiable schema"), which a definition rewritten (a ``not`` of
+        everything) or written so may be; both take ``false`` in its place.
+        """
+        ref = result.get("$ref")
+        if not isinstance(ref, str) or not result.keys() - {"$ref"} <= ANNOTATIONS:
+            return result
+        target = self.resolve(ref)
+        return target if isinstance(target, bool) else result
 
     def combinators_written(self, result: dict[str, Any], node: dict[str, Any]) -> Any:
         """``result`` with an exclusive ``oneOf`` as ``anyOf``, and combinators of literals
@@ -367,35 +394,6 @@ class _Rewrite:
         if pointer is None:
             self.split[key] = result
         return result
-
-
-# Rewrites a subschema: (schema, the keyword holding it, its pointer) -> schema.
-ChildRewrite = Callable[[Any, str, str], Any]
-
-
-def with_children(node: dict[str, Any], pointer: str, rewrite: ChildRewrite) -> dict[str, Any]:
-    """``node`` with ``rewrite(child, keyword, pointer)`` of each subschema; itself if unchanged."""
-    changed: dict[str, Any] = {}
-    for keyword, value in node.items():
-        new = _rewritten_value(keyword, value, pointer, rewrite)
-        if new is not value:
-            changed[keyword] = new
-    return {key: changed.get(key, value) for key, value in node.items()} if changed else node
-
-
-def _rewritten_value(keyword: str, value: Any, pointer: str, rewrite: ChildRewrite) -> Any:
-    def one(item: Any, *keys: str | int) -> Any:
-        return rewrite(item, keyword, join_pointer(pointer, keyword, *keys))
-
-    if keyword in SCHEMA_MAPS and isinstance(value, dict):
-        items = {name: one(item, name) for name, item in value.items()}
-        return items if any(items[k] is not value[k] for k in value) else value
-    if keyword in SCHEMA_LISTS and isinstance(value, list):
-        entries = [one(item, index) for index, item in enumerate(value)]
-        return entries if any(a is not b for a, b in zip(entries, value, strict=True)) else value
-    if keyword in SCHEMA_VALUES:
-        return rewrite(value, keyword, join_pointer(pointer, keyword))
-    return value
 
 
 def _format_as_pattern(node: dict[str, Any]) -> dict[str, Any]:
