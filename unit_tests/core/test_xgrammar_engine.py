@@ -817,3 +817,38 @@ def test_the_class_text_inside_a_literal_is_left_alone() -> None:
     assert str(rewritten).count(BOUNDED_CLASS) == 1
     assert fully_accepts(rewritten, literal + "a")
     assert not fully_accepts(rewritten, literal + "\t")
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad"),
+    [
+        # xgrammar alone refuses it: its strict mode closes arrays that do not
+        # say what their items are, and then no array has one.
+        ({"type": "array", "minItems": 1}, ["[1]", '["a",{}]'], ["[]", "{}"]),
+        (
+            {"type": "object", "properties": {"tags": {"type": "array", "minItems": 2}}},
+            ['{"tags":[1,"b"]}', "{}"],
+            ['{"tags":[1]}'],
+        ),
+    ],
+)
+def test_arrays_that_say_nothing_of_their_items_hold_any_item(
+    small: SmallTokenizer, schema: Any, good: list[str], bad: list[str]
+) -> None:
+    spec = small.spec(RequestKind.JSON_SCHEMA, schema)
+    XGrammarEngine.check(spec)
+    for text in good:
+        assert small.matches(spec, text), f"{text!r} should match"
+    for text in bad:
+        assert not small.matches(spec, text), f"{text!r} should not match"
+
+
+def test_contains_without_items_is_refused_by_name_not_as_an_invalid_schema() -> None:
+    # xgrammar's own error spoke of prefixItems, which the client never wrote.
+    spec = GrammarSpec.build(
+        RequestKind.JSON_SCHEMA,
+        {"type": "array", "contains": {"const": 1}, "maxContains": 2},
+        CompileOptions(),
+    )
+    with pytest.raises(UnenforcedKeywordError, match="'contains'"):
+        XGrammarEngine.check(spec)

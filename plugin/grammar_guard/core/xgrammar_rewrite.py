@@ -52,7 +52,7 @@ _JSON_STRING_CHARACTER = r"[^\0-\x1f\"\\\r\n]"
 EBNF_LITERAL_OR_CLASS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 # Goes into the engine fingerprint: a grammar compiled before a rewrite
 # existed must not be loaded from disk by an engine that applies it.
-GRAMMAR_REWRITES = "bounded-string-json-characters,absent-properties-unlisted"
+GRAMMAR_REWRITES = "bounded-string-json-characters,absent-properties-unlisted,arrays-opened"
 # Keywords that let a name an object does not list in: next to them, a
 # property listed as false is not the same as one left out.
 _OPENING_KEYWORDS = frozenset({"patternProperties", "unevaluatedProperties"})
@@ -98,12 +98,12 @@ def parse_enforced(
 def _enforced_text(spec: GrammarSpec) -> str:
     """The text xgrammar is given for ``spec``: its JSON schemas rewritten, the rest as sent."""
     if spec.kind is RequestKind.JSON_SCHEMA:
-        return _absent_properties_unlisted_text(rewritten_schema_text(spec.text))
+        return _xgrammar_forms_text(rewritten_schema_text(spec.text))
     if spec.kind is RequestKind.STRUCTURAL_TAG:
         tag = json.loads(spec.text)
         changed = False
         for _, holder, key, _ in _tag_schemas(tag):
-            rewritten = absent_properties_unlisted(rewrite_schema(holder[key]))
+            rewritten = xgrammar_forms(rewrite_schema(holder[key]))
             changed = changed or rewritten is not holder[key]
             holder[key] = rewritten
         return json.dumps(tag, separators=(",", ":"), ensure_ascii=False) if changed else spec.text
@@ -111,15 +111,21 @@ def _enforced_text(spec: GrammarSpec) -> str:
 
 
 @functools.lru_cache(maxsize=_REMEMBERED_TEXTS)
-def _absent_properties_unlisted_text(text: str) -> str:
-    """:func:`absent_properties_unlisted` of the schema ``text``; ``text`` if unchanged."""
-    if "false" not in text:
+def _xgrammar_forms_text(text: str) -> str:
+    """:func:`xgrammar_forms` of the schema ``text``; ``text`` if unchanged."""
+    if "false" not in text and "minItems" not in text and "contains" not in text:
         return text  # the common case, without parsing
     document = json.loads(text)
-    unlisted = absent_properties_unlisted(document)
-    if unlisted is document:
+    written = xgrammar_forms(document)
+    if written is document:
         return text
-    return json.dumps(unlisted, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(written, separators=(",", ":"), ensure_ascii=False)
+
+
+def xgrammar_forms(schema: Any) -> Any:
+    """``schema`` as xgrammar builds what it means: :func:`absent_properties_unlisted`,
+    then :func:`arrays_opened`."""
+    return arrays_opened(absent_properties_unlisted(schema))
 
 
 def absent_properties_unlisted(schema: Any) -> Any:
@@ -148,6 +154,34 @@ def absent_properties_unlisted(schema: Any) -> Any:
         name: value for name, value in properties.items() if value is not False or name in needed
     }
     return {**node, "properties": listed}
+
+
+def arrays_opened(schema: Any) -> Any:
+    """``schema`` with ``"items": true`` where it bounds arrays but says nothing of items.
+
+    xgrammar reads such a schema as arrays of no items at all (its strict
+    mode closes them), and so refuses ``{"type": "array", "minItems": 1}``
+    ("minItems is greater than the number of prefixItems, but additional
+    items are not allowed") and builds ``contains`` as ``[]`` alone. JSON
+    Schema lets any item in, as ``"items": true`` says to xgrammar. Not in
+    a document that reads ``unevaluatedItems``: ``items`` evaluates the
+    items, which would leave that keyword nothing to say.
+    """
+    if not isinstance(schema, dict) or "unevaluatedItems" in json.dumps(schema):
+        return schema
+    return _opened(schema)
+
+
+def _opened(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    node = with_children(node, "", lambda child, _, __: _opened(child))
+    if "items" in node or "prefixItems" in node:
+        return node
+    # Not for minContains or maxContains alone, which say nothing without a
+    # contains: next to "items", xgrammar would read minContains as a count.
+    asks_for_items = "contains" in node or node.get("minItems", 0) != 0
+    return {**node, "items": True} if asks_for_items else node
 
 
 def unenforced_findings(kind: RequestKind, text: str) -> tuple[Finding, ...]:

@@ -52,8 +52,12 @@ def narrowed_contains(node: dict[str, Any]) -> dict[str, Any] | None:
     others = sorted(types - {"array"})
     if others:
         branches.append({"type": others})
-    for position in range(min(POSITIONS, longest - matches + 1)):
-        prefix = [True] * position + [node["contains"]] * matches
+    # Any item is {}: xgrammar refuses a boolean among prefixItems.
+    match = {} if node["contains"] is True else node["contains"]
+    # No array holds a match of false: only the other types are left.
+    reachable = 0 if match is False else min(POSITIONS, longest - matches + 1)
+    for position in range(reachable):
+        prefix = [{} for _ in range(position)] + [match] * matches
         # "items": true keeps the tuple open: the engines close one that does not say.
         branches.append(
             {"type": "array", "prefixItems": prefix, "items": True, "minItems": len(prefix)}
