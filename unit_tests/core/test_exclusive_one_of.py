@@ -86,6 +86,22 @@ HREF = {
 }
 # Snowplow sp_209: untyped branches that constrain strings only (a format, a pattern).
 API_KEY = {"oneOf": [{"format": "uuid"}, {"pattern": "^\\$[A-Z0-9-_]+"}]}
+# Github_easy o89710: one sender or several, told apart by how many items "from" holds.
+SENDERS = {
+    "type": "object",
+    "oneOf": [
+        {
+            "properties": {"from": {"type": "array", "minItems": 1, "maxItems": 1}},
+            "required": ["from"],
+        },
+        {
+            "properties": {"from": {"type": "array", "minItems": 2}, "sender": {"type": "string"}},
+            "required": ["from", "sender"],
+        },
+    ],
+}
+# Two bands of one number, meeting at an end only one of them holds.
+BANDS = {"oneOf": [{"type": "integer", "maximum": 3}, {"type": "number", "exclusiveMinimum": 3}]}
 
 INSTANCES: list[Any] = [
     {},
@@ -111,6 +127,12 @@ INSTANCES: list[Any] = [
     "$KEY",
     None,
     1,
+    3,
+    3.5,
+    {"from": [1]},
+    {"from": [1, 2], "sender": "s"},
+    {"from": [1, 2]},
+    {"from": []},
     "x",
     [],
 ]
@@ -125,6 +147,8 @@ INSTANCES: list[Any] = [
         (SUBJECT, {"minProperties": 1}),
         (HREF, {}),
         (API_KEY, {"type": "string"}),
+        (SENDERS, {"type": "object"}),
+        (BANDS, {}),
     ],
     ids=[
         "discriminated-by-the-node",
@@ -133,6 +157,8 @@ INSTANCES: list[Any] = [
         "closed-by-reference",
         "patterns-starting-apart",
         "strings-only",
+        "counts-apart",
+        "bounds-apart",
     ],
 )
 def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
@@ -170,8 +196,22 @@ def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
         {"oneOf": [{"type": "string"}, {"pattern": "^a"}]},
         # Unanchored: "./x" matches both.
         {"oneOf": [{"type": "string", "pattern": "x"}, {"type": "string", "pattern": "^\\./"}]},
+        # Two items pass both counts.
+        {
+            "oneOf": [
+                {"type": "array", "maxItems": 2, "items": {"pattern": "^a"}},
+                {"type": "array", "minItems": 2, "items": {"pattern": "^a"}},
+            ]
+        },
     ],
-    ids=["no-type-left", "open-objects", "shared-name-overlapping", "a-pattern", "unanchored"],
+    ids=[
+        "no-type-left",
+        "open-objects",
+        "shared-name-overlapping",
+        "a-pattern",
+        "unanchored",
+        "counts-meeting",
+    ],
 )
 def test_branches_not_proved_exclusive_stay_a_one_of(schema: dict[str, Any]) -> None:
     rewritten = rewrite_schema(schema)
@@ -190,6 +230,7 @@ def test_branches_not_proved_exclusive_stay_a_one_of(schema: dict[str, Any]) -> 
         (TRIANGLE, '{"shape":"square"}', '{"shape":"triangle"}'),
         (HREF, '"./model.glb"', '"model.glb"'),
         (API_KEY, '"123e4567-e89b-12d3-a456-426614174000"', "12"),
+        (SENDERS, '{"from":[1]}', '{"from":[1,2]}'),
     ],
 )
 def test_refused_before_now_served_and_enforced(

@@ -662,6 +662,49 @@ def test_exclusive_one_ofs_written_as_any_of_accept_exactly_what_the_one_of_acce
     assert seen["written, some valid"] >= 40 and seen["kept"] >= 40, seen
 
 
+# Bound keywords of a type: branches bounding the same type apart exclude each other.
+_RANGE_FAMILIES = (
+    ("integer", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
+    ("number", "minimum", "exclusiveMaximum"),
+    ("string", "minLength", "maxLength"),
+    ("array", "minItems", "maxItems"),
+)
+_RANGED_VALUES = st.sampled_from(
+    (None, 0, 1, 2, 3, 4, 2.5, "", "a", "aa", "aaa", "b", [], ["a"], ["a", "a"], ["a", "a", "a"])
+)
+
+
+@st.composite
+def ranged_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
+    """A oneOf of branches bounding one type, apart, meeting or overlapping, often as the
+    value of a property each branch requires."""
+    type_name, *keywords = draw(st.sampled_from(_RANGE_FAMILIES))
+    nested = draw(st.booleans())
+    branches: list[Any] = []
+    for _ in range(draw(st.integers(2, 3))):
+        branch: dict[str, Any] = {"type": draw(st.sampled_from((type_name, [type_name, "null"])))}
+        for keyword in draw(st.lists(st.sampled_from(keywords), min_size=1, unique=True)):
+            branch[keyword] = draw(st.integers(0, 4))
+        # No complement is written for these: only a proof of exclusion serves the oneOf.
+        branch.update(
+            {"array": {"items": {"pattern": "^a"}}, "string": {"pattern": "a"}}.get(type_name, {})
+        )
+        if nested:
+            branch = {"type": "object", "required": ["v"], "properties": {"v": branch}}
+        branches.append(branch)
+    return {"oneOf": branches}
+
+
+def _ranged_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    values = _RANGED_VALUES | st.fixed_dictionaries({"v": _RANGED_VALUES})
+    return st.lists(values, min_size=8, max_size=16)
+
+
+def test_one_ofs_bounded_apart_written_as_any_of_accept_exactly_what_the_one_of_accepts() -> None:
+    seen = _run(ranged_one_ofs(), _one_of_outcome, 300, _ranged_instances)
+    assert seen["written, some valid"] >= 30 and seen["kept"] >= 40, seen
+
+
 @st.composite
 def nested_discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
     """A oneOf of branches telling apart a "meta" object by the "kind" it requires,
