@@ -109,12 +109,37 @@ def _atom_units(text: str, brace: int) -> int:
     before = text[max(0, brace - _CLASS_SCAN_CHARS) : brace]
     if before.endswith(_WIDE_SHORTHANDS) or (before.endswith(".") and not before.endswith("\\.")):
         return _WIDE_ATOM_UNITS
+    if before.endswith(")") and not before.endswith("\\)"):
+        # A group is as wide as what it holds: (?:[^a]|a){0,23}, any
+        # character, took 0.2 s, (ab){0,63} 3 ms.
+        opening = _group_opening(before)
+        return _WIDE_ATOM_UNITS if opening < 0 or _holds_wide(before[opening:]) else 1
     if not before.endswith("]"):
         return 1
     opening = before.rfind("[")
     if opening < 0:
         return _WIDE_ATOM_UNITS
     return _WIDE_ATOM_UNITS if before.startswith("[^", opening) else 1
+
+
+def _group_opening(text: str) -> int:
+    """Where the group closing at the end of ``text`` opens; -1 if not in ``text``."""
+    depth = 0
+    for index in range(len(text) - 1, -1, -1):
+        escaped = index > 0 and text[index - 1] == "\\"
+        if text[index] == ")" and not escaped:
+            depth += 1
+        elif text[index] == "(" and not escaped:
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
+def _holds_wide(group: str) -> bool:
+    """Whether a group holds an atom that admits most characters."""
+    dots = group.count(".") - group.count("\\.")
+    return "[^" in group or dots > 0 or any(shorthand in group for shorthand in _WIDE_SHORTHANDS)
 
 
 def _schema_is_slow(node: Any) -> bool:

@@ -26,7 +26,10 @@ The literals and the complement of each (the values it fails, exactly):
   an object with that property of another type;
 - a numeric bound: a number past it (``minimum`` 3 fails below 3, as
   ``exclusiveMaximum`` 3 says); a length or count bound: a string, array or
-  object past it.
+  object past it;
+- a ``pattern`` of one repeated class (``^[A-Fa-f0-9]{24}$``): a string too
+  short, too long or holding another character
+  (:mod:`~grammar_guard.core.schema.class_run_complement`).
 
 A schema that is negated must consist of literals, ``not``, ``anyOf``,
 ``allOf``, ``oneOf`` and ``if`` of such schemas, and annotations; anything
@@ -44,6 +47,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from grammar_guard.core.schema.class_run_complement import run_complement
 from grammar_guard.core.schema.dependencies import admits_no_object
 from grammar_guard.core.schema.evaluate import values_split
 from grammar_guard.core.schema.negation import (
@@ -421,6 +425,11 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
         named = [value] if key == "const" else value
         outside = values_outside(named, _ALL_TYPES) if isinstance(named, list) and named else None
         return None if outside is None else [(_identity(key, value), False, {key: value}, outside)]
+    if key == "pattern" and isinstance(value, str):
+        outside = run_complement(value)
+        if outside is None:
+            return None
+        return [(_identity(key, value), False, {key: value}, {"type": "string", key: outside})]
     if key in _BOUNDS and is_number(value):
         kind, opposite = _BOUNDS[key]
         return [(_identity(key, value), False, {key: value}, {"type": kind, opposite: value})]
