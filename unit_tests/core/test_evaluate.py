@@ -67,12 +67,12 @@ def test_every_verdict_is_the_oracle_s() -> None:
 @pytest.mark.parametrize(
     ("schema", "value"),
     [
-        ({"type": "string", "pattern": "^a"}, "a"),
+        ({"type": "string", "pattern": "(?=a)"}, "a"),  # a lookahead: not read
         ({"format": "email"}, "x@y.z"),
         ({"$ref": "#/$defs/d"}, 1),
-        ({"patternProperties": {"^a": {}}}, {"a": 1}),
+        ({"patternProperties": {"\\ba": {}}}, {"a": 1}),
         ({"unevaluatedProperties": False}, {"a": 1}),
-        ({"anyOf": [{"pattern": "^a"}, {"type": "integer"}]}, "b"),
+        ({"anyOf": [{"pattern": "(?<=a)"}, {"type": "integer"}]}, "b"),
     ],
 )
 def test_what_needs_an_engine_or_a_place_is_undecided(schema: Any, value: Any) -> None:
@@ -93,9 +93,23 @@ def test_a_pattern_the_rewrite_wrote_for_strings_outside_some_is_decided_by_them
     assert validates("bar", {"pattern": pattern_outside(["bar"]) + "?"}) is None
 
 
+@pytest.mark.parametrize(
+    ("schema", "value", "valid"),
+    [
+        ({"type": "string", "pattern": "^a"}, "ab", True),
+        ({"pattern": "b$"}, "b\n", False),  # ECMA-262's $ is the very end
+        ({"patternProperties": {"^a": {"type": "integer"}}}, {"ab": "x"}, False),
+        ({"patternProperties": {"^a": {}}, "additionalProperties": False}, {"b": 1}, False),
+        ({"patternProperties": {"^a": {}}, "additionalProperties": False}, {"a": 1}, True),
+    ],
+)
+def test_patterns_are_decided_as_ecma_262_reads_them(schema: Any, value: Any, valid: bool) -> None:
+    assert validates(value, schema) is valid
+
+
 def test_a_failing_keyword_decides_beside_an_undecided_one() -> None:
-    assert validates("b", {"type": "integer", "pattern": "^a"}) is False
-    assert validates(3, {"type": "string", "pattern": "^a"}) is False
+    assert validates("b", {"type": "integer", "pattern": "(?=a)"}) is False
+    assert validates(3, {"type": "string", "pattern": "(?=a)"}) is False
 
 
 def test_the_work_is_bounded() -> None:
@@ -142,8 +156,13 @@ def test_an_enum_beside_a_not_is_the_values_it_leaves(schema: Any, expected: Any
 
 
 def test_an_enum_beside_a_not_that_needs_an_engine_stays_as_written() -> None:
-    schema = {"enum": ["a", "b"], "not": {"pattern": "^a"}}
+    schema = {"enum": ["a", "b"], "not": {"pattern": "(?=a)"}}
     assert "not" in assert_equivalent(schema, ["a", "b", "c"])
+
+
+def test_an_enum_beside_a_not_of_a_pattern_is_the_values_it_leaves() -> None:
+    schema = {"enum": ["a", "b"], "not": {"pattern": "^a"}}
+    assert assert_equivalent(schema, ["a", "b", "c"]) == {"enum": ["b"]}
 
 
 @pytest.mark.parametrize(

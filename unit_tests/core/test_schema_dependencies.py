@@ -198,8 +198,13 @@ KEPT: list[tuple[str, Any]] = [
         {**OBJECT, "dependentRequired": {"a": ["b"], "c": ["a"], "d": ["c"], "e": ["d"]}},
     ),
     (
-        "an enum beside",
-        {"enum": [{"a": 1, "b": "x"}, {"b": "y"}], "dependentRequired": {"a": ["b"]}},
+        "an enum beside, of a value not decided (a lookahead)",
+        {
+            "enum": [{"a": "x", "b": "x"}, {"b": "y"}],
+            "dependentSchemas": {
+                "a": {"properties": {"b": {"type": "string", "pattern": "(?=x)"}}}
+            },
+        },
     ),
     (
         "a reference beside",

@@ -605,8 +605,8 @@ _COMBINATOR_KEYWORDS = ("oneOf", "not", "if")
 def test_combinators_written_as_any_of_accept_exactly_what_the_combinators_accept() -> None:
     seen = _run(combinator_schemas(), _combinator_outcome, 400, _combinator_instances)
     # Not vacuous: many are written, with valid instances for many; some
-    # kept, at the top or everywhere (a pattern negated, an enum beside).
-    assert seen["written, some valid"] >= 60 and seen["inside"] + seen["kept"] >= 100, seen
+    # kept, at the top or everywhere (a pattern of another shape negated).
+    assert seen["written, some valid"] >= 60 and seen["inside"] + seen["kept"] >= 60, seen
 
 
 # A oneOf whose branches name a property with values of their own (a discriminator).

@@ -4,22 +4,27 @@ The rewrites decide schemas value by value where a schema names its values
 (an ``enum`` beside a ``not``): each named value either passes the rest or
 not, and what is left is an ``enum`` both engines enforce. This evaluator
 answers for the assertions it can decide exactly and says None for the rest
-(``pattern`` and ``format``, which would need a regular-expression engine
-on client text, references, dynamic and unevaluated keywords), so that a
-caller never rewrites on a guess. A ``pattern`` the rewrite wrote for the
-strings outside some named ones (:mod:`string_complement`) is decided by
-those strings. Unknown keywords constrain nothing, as
-everywhere in the analysis.
+(``format``, references, dynamic and unevaluated keywords, and patterns
+outside the subset :mod:`pattern_match` reads), so that a caller never
+rewrites on a guess. ``pattern`` and ``patternProperties`` names are
+matched by :mod:`pattern_match`'s automaton, never by Python's ``re``; a
+``pattern`` the rewrite wrote for the strings outside some named ones
+(:mod:`string_complement`) is decided by those strings. Unknown keywords
+constrain nothing, as everywhere in the analysis.
 
-The work is bounded by a budget of subschema visits per call and a depth,
-so a named value and a schema of any size cost at most that.
+The work is bounded by a budget of subschema visits per call, a depth and a
+budget of matching work, so a named value and a schema of any size cost at
+most that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
+from grammar_guard.core.schema.pattern_match import match_work, pattern_matches
 from grammar_guard.core.schema.string_complement import strings_outside
 from grammar_guard.core.schema.values import json_type, satisfies, type_names
 from grammar_guard.core.schema.vocabulary import (
@@ -33,6 +38,12 @@ from grammar_guard.core.schema.vocabulary import (
 # how deep it follows them (a client's schema nests 64 levels at most).
 MAX_VISITS = 4096
 MAX_DEPTH = 128
+# Pattern matching one call may do, in automaton state visits (pattern_match.py),
+# unless a caller bounds all of a document's at once (matching_work).
+MAX_MATCH_WORK = 200_000
+# The matching work left to the evaluations of the document being rewritten:
+# one cell that every evaluation inside matching_work draws from.
+_DOCUMENT_MATCH_WORK: ContextVar[list[int] | None] = ContextVar("match_work", default=None)
 # Decided by values.satisfies alone.
 _SIMPLE = frozenset(
     {
@@ -43,6 +54,16 @@ _SIMPLE = frozenset(
 )  # fmt: skip
 # Read together with another keyword, by that keyword.
 _READ_BY_OTHERS = frozenset({"then", "else", "minContains", "maxContains"})
+
+
+@contextmanager
+def matching_work(limit: int) -> Iterator[None]:
+    """Bound the pattern matching of every evaluation inside to ``limit`` state visits in all."""
+    token = _DOCUMENT_MATCH_WORK.set([limit])
+    try:
+        yield
+    finally:
+        _DOCUMENT_MATCH_WORK.reset(token)
 
 
 class _Undecided(Exception):
@@ -75,6 +96,7 @@ class _Evaluation:
     def __init__(self) -> None:
         self.visits = 0
         self.depth = 0
+        self.match_work_left = _DOCUMENT_MATCH_WORK.get() or [MAX_MATCH_WORK]
 
     def valid(self, value: Any, schema: Any) -> bool:
         if schema is True or schema is False:
@@ -138,7 +160,26 @@ class _Evaluation:
             named = strings_outside(argument)  # the rewrite's own, for strings outside some
             if named is not None:
                 return value not in named
-        raise _Undecided  # other patterns, format, references, dynamic and unevaluated keywords
+            return self.matches(argument, value)
+        raise _Undecided  # format, references, dynamic and unevaluated keywords
+
+    def matches(self, pattern: Any, text: str) -> bool:
+        """Whether ``text`` matches ``pattern``, within the budget of matching work.
+
+        Checked before the pattern's automaton is built too, so that building
+        them (each at most pattern_match.MAX_STATES) stays within it.
+        """
+        if not isinstance(pattern, str) or self.match_work_left[0] <= 0:
+            raise _Undecided
+        work = match_work(pattern, text)
+        if work is None or work > self.match_work_left[0]:
+            self.match_work_left[0] -= 1  # the reading, at least
+            raise _Undecided
+        self.match_work_left[0] -= work
+        verdict = pattern_matches(pattern, text)
+        if verdict is None:
+            raise _Undecided
+        return verdict
 
     def count(self, value: Any, schemas: Iterable[Any]) -> int:
         return sum(1 for schema in schemas if self.valid(value, schema))
@@ -148,11 +189,23 @@ class _Evaluation:
     ) -> bool:
         if key == "properties" and isinstance(argument, dict):
             return all(self.valid(value[n], s) for n, s in argument.items() if n in value)
-        if key == "additionalProperties" and "patternProperties" not in schema:
+        if key == "patternProperties" and isinstance(argument, dict):
+            return all(
+                self.valid(item, subschema)
+                for name, item in value.items()
+                for pattern, subschema in argument.items()
+                if self.matches(pattern, name)
+            )
+        if key == "additionalProperties":
             listed = schema.get("properties", {})
-            if not isinstance(listed, dict):
+            patterns = schema.get("patternProperties", {})
+            if not isinstance(listed, dict) or not isinstance(patterns, dict):
                 raise _Undecided
-            return all(self.valid(item, argument) for n, item in value.items() if n not in listed)
+            return all(
+                self.valid(item, argument)
+                for name, item in value.items()
+                if name not in listed and not any(self.matches(p, name) for p in patterns)
+            )
         if key == "propertyNames":
             return all(self.valid(name, argument) for name in value)
         if key in ("dependentRequired", "dependentSchemas", "dependencies"):
@@ -161,7 +214,7 @@ class _Evaluation:
             return all(
                 self.dependency_met(value, need) for n, need in argument.items() if n in value
             )
-        raise _Undecided  # patternProperties, unevaluatedProperties...
+        raise _Undecided  # unevaluatedProperties...
 
     def dependency_met(self, value: dict[str, Any], need: Any) -> bool:
         if isinstance(need, list):

@@ -21,6 +21,10 @@ what they leave unenforced read the rewritten schema:
   (:mod:`~grammar_guard.core.schema.negation`);
 - a ``oneOf`` whose branches no value satisfies two of, as ``anyOf``
   (:mod:`~grammar_guard.core.schema.exclusive_one_of`);
+- an ``enum`` or ``const`` written as the named values that pass the rest of
+  its schema, where each is decided
+  (:mod:`~grammar_guard.core.schema.named_values`), after the simplest
+  ``not``\\ s;
 - ``oneOf``, ``not`` and ``if``/``then``/``else`` whose negated parts are
   literals written out as an ``anyOf`` of branches
   (:mod:`~grammar_guard.core.schema.boolean_forms`), after the simplest
@@ -78,6 +82,7 @@ from grammar_guard.core.schema.children import with_children
 from grammar_guard.core.schema.contains_narrowing import narrowed_contains
 from grammar_guard.core.schema.dependencies import dependencies_as_any_of
 from grammar_guard.core.schema.ecma_whitespace import WHITESPACE_MEMBERS, whitespace_written_out
+from grammar_guard.core.schema.evaluate import matching_work
 from grammar_guard.core.schema.exclusive_one_of import (
     exclusive_one_of_as_any_of,
     narrowed_one_of_as_any_of,
@@ -85,6 +90,7 @@ from grammar_guard.core.schema.exclusive_one_of import (
 from grammar_guard.core.schema.facts import SchemaFacts
 from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.local_references import references_as_pointers
+from grammar_guard.core.schema.named_values import named_values_decided
 from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
 from grammar_guard.core.schema.unevaluated import KEYWORDS as UNEVALUATED
@@ -100,7 +106,7 @@ DEFINED_FORMATS = (
     "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
 )  # fmt: skip
 _RULES = (
-    "references-as-pointers,boolean-subschemas,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
+    "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
     "ecma-whitespace-written,exclusive-one-of-any-of:3,one-of-narrowed-by-optional-name,contains-narrowed:4"
 )
@@ -137,6 +143,9 @@ _MAX_MERGES = 4096
 _MAX_NESTING = 64  # schemas being rewritten inside one another, references included
 _GROWTH = 2
 _GROWTH_SLACK = 1024  # JSON values
+# Pattern matching for named values (evaluate.py), in automaton state visits
+# for the whole document: a few tenths of a second at most.
+_MATCH_WORK = 1_000_000
 _REMEMBERED_TEXTS = 32
 
 
@@ -156,7 +165,8 @@ def rewrite_schema(document: Any, *, narrow: bool = False) -> Any:
     Pure: ``document`` is never changed, and comes back itself when nothing
     was rewritten.
     """
-    return _Rewrite(document, narrow=narrow).run()
+    with matching_work(_MATCH_WORK):
+        return _Rewrite(document, narrow=narrow).run()
 
 
 @functools.lru_cache(maxsize=_REMEMBERED_TEXTS)
@@ -273,6 +283,8 @@ class _Rewrite:
                 # node without its `not`.
                 negated = negation_rewritten(result)
                 result = result if negated is None else negated
+                decided = named_values_decided(result) if isinstance(result, dict) else None
+                result = result if decided is None else decided
                 if isinstance(result, dict) and self.branches_allowed:
                     result = self.combinators_written(result, node)
                 if isinstance(result, dict) and self.branches_allowed:
