@@ -183,10 +183,11 @@ def _unsatisfiable() -> list[Case]:
             {"allOf": [{"type": "string"}, {"type": "integer"}]},
             "Unsatisfiable schema: incompatible types",
         ),
+        # The const is decided against the type beside it: no value is left.
         schema_refused(
             "schema-const-of-the-wrong-type",
             {"type": "integer", "const": "x"},
-            "Unsatisfiable schema: incompatible types",
+            "cannot accept any value",
         ),
         schema_refused(
             "schema-required-but-forbidden",
