@@ -16,12 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from grammar_guard.core.schema.evaluate import values_split
+from grammar_guard.core.schema.negation import MAX_NAMED_VALUES, nothing_left
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.vocabulary import ANNOTATIONS, STRUCTURAL
-
-# Named values decided one by one: past this many the schema stays as written.
-MAX_NAMED_VALUES = 64
-_DEFINITIONS = frozenset({"$defs", "definitions"})
 
 
 def named_values_decided(node: dict[str, Any]) -> Any:
@@ -44,8 +41,7 @@ def named_values_decided(node: dict[str, Any]) -> Any:
         return None
     passing, _ = split
     if not passing:
-        # No value passes: false, unless definitions must stay (left for the engine to say).
-        return None if node.keys() & _DEFINITIONS else False
+        return nothing_left(node)
     if named_key == "const":
         return {**kept, "const": node["const"]}
     return {**kept, "enum": passing}

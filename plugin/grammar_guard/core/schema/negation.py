@@ -72,12 +72,12 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
     if negated is False:
         return rest
     if negated is True:
-        return _nothing(node)
+        return nothing_left(node)
     if not isinstance(negated, dict):
         return None
     constraints = {k: v for k, v in negated.items() if can_fail(k, v, negated)}
     if not constraints:
-        return _nothing(node)
+        return nothing_left(node)
     if constraints.keys() == {"items"}:
         return _some_item(node, rest, own_types, constraints["items"])
     if not constraints.keys() <= _DECIDED:
@@ -107,7 +107,7 @@ def _some_item(
     if "contains" in node:
         return None
     if "array" not in own_types:
-        return _nothing(node)
+        return nothing_left(node)
     negated = isinstance(items, dict) and items.keys() == {"not"}
     return {**rest, "type": "array", "contains": items["not"] if negated else {"not": items}}
 
@@ -122,7 +122,7 @@ def _named_left(
     if outside is None:
         return None
     if outside is False:
-        return _nothing(node)
+        return nothing_left(node)
     if "anyOf" not in outside and not (outside.keys() - {"type"}) & rest.keys():
         return {**rest, **outside}  # its types are among the node's own
     if "anyOf" in rest:
@@ -220,7 +220,7 @@ def _values_left(
         values = [value for name in own_types for value in _TYPE_VALUES[name]]
         left = [value for value in values if not excluded(value)]
     if not left:
-        return _nothing(node)
+        return nothing_left(node)
     return rest if "const" in node and "enum" not in node else {**rest, "enum": left}
 
 
@@ -238,7 +238,7 @@ def _named_values_left(node: dict[str, Any], rest: dict[str, Any], negated: Any)
         return None
     _, left = split
     if not left:
-        return _nothing(node)
+        return nothing_left(node)
     return rest if "const" in node and "enum" not in node else {**rest, "enum": left}
 
 
@@ -253,7 +253,7 @@ def _types_left(
     if _kinds(left) != allowed:
         return None  # the numbers that are not integers, which no type name stands for
     if not left:
-        return _nothing(node)
+        return nothing_left(node)
     return {**rest, "type": left[0] if len(left) == 1 else left}
 
 
@@ -270,8 +270,11 @@ def types_outside(value: Any) -> tuple[str, ...] | None:
     return left if _kinds(left) == allowed else None
 
 
-def _nothing(node: dict[str, Any]) -> Any:
-    """``false``, which accepts nothing; None where the node holds definitions to keep."""
+def nothing_left(node: dict[str, Any]) -> Any:
+    """``false``, which accepts nothing; None where the node holds definitions to keep.
+
+    What a node none of whose values is left is written as.
+    """
     return None if any(key in node for key in _DEFINITIONS) else False
 
 
