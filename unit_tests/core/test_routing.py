@@ -44,6 +44,8 @@ NEITHER = {"type": "array", "uniqueItems": True}  # neither enforces it, nothing
 OPEN_MEMBER = {"type": "object", "properties": {"meta": {"type": "object"}}, "required": ["meta"]}
 BOUNDED_ANY_ARRAY = {"type": "array", "maxItems": 3}  # xgrammar admits only []
 SEARCHED_PATTERN = {"type": "string", "pattern": "^ab"}  # xgrammar matches it whole
+# ECMA-262's \s, written out as a class: xgrammar keeps only the members JSON writes plain.
+WHITESPACE = {"type": "string", "pattern": "^\\s$"}
 TAG = {"structures": [{"begin": "<a>", "schema": PLAIN, "end": "</a>"}], "triggers": ["<a>"]}
 
 
@@ -59,6 +61,7 @@ def _json(schema: Any) -> GrammarSpec:
         (_json(ALL_OF), EngineName.XGRAMMAR),
         (_json(TWO_PATTERNS), EngineName.LLGUIDANCE),
         (_json(PROPERTY_NAMES), EngineName.XGRAMMAR),
+        (_json(WHITESPACE), EngineName.LLGUIDANCE),
         (GrammarSpec.build(RequestKind.STRUCTURAL_TAG, TAG, COMPACT), EngineName.XGRAMMAR),
         (GrammarSpec.build(RequestKind.REGEX, "[a-z]{0,100}", COMPACT), EngineName.LLGUIDANCE),
         (GrammarSpec.build(RequestKind.REGEX, "[a-z]{0,10}", COMPACT), EngineName.XGRAMMAR),
@@ -155,6 +158,10 @@ def test_repetitions_are_slow_by_their_weighed_sum(regex: str, slow: bool) -> No
         (SEARCHED_PATTERN, False, True),
         ({"type": "string", "pattern": "^ab$"}, False, False),
         ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}}, False, True),
+        ({"type": "string", "pattern": "^[a\\n]+$"}, False, True),
+        ({"type": "string", "pattern": "^[ -~]*$"}, False, True),
+        ({"type": "object", "patternProperties": {"^[a\\t]$": {}}}, False, True),
+        ({"type": "string", "pattern": "^[^\\n]+$"}, False, False),
         ({"enum": [{"type": "object"}]}, True, False),  # a value, not a schema
     ],
 )
@@ -195,6 +202,11 @@ def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
         (BOUNDED_ANY_ARRAY, "[1,2,3,4]", False),
         (SEARCHED_PATTERN, '"abc"', True),
         (SEARCHED_PATTERN, '"cab"', False),
+        (WHITESPACE, '"\\t"', True),
+        (WHITESPACE, '"\\n"', True),
+        (WHITESPACE, '" "', True),
+        (WHITESPACE, '"\t"', False),  # raw, which JSON forbids
+        (WHITESPACE, '"a"', False),
     ],
 )
 def test_the_routed_engine_enforces_through_whichever_engine_it_chose(

@@ -13,7 +13,12 @@ import json
 from typing import Any
 
 import pytest
-from unit_tests.conftest import assert_served_and_enforced, compact_json_spec
+from unit_tests.conftest import (
+    SmallTokenizer,
+    assert_served_and_enforced,
+    compact_json_spec,
+    routed_accepts,
+)
 
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.routing import EngineName, RoutedEngine, route
@@ -67,3 +72,18 @@ def test_a_nul_in_a_pattern_goes_to_llguidance_as_xgrammar_refuses_it(schema: An
 
 def test_a_nul_elsewhere_stays_on_xgrammar() -> None:
     assert route(compact_json_spec({"const": "a\x00b"})).engine is EngineName.XGRAMMAR
+
+
+@pytest.mark.parametrize(
+    ("pattern", "escaped"),
+    [("^[a\\n]$", '"\\n"'), ("^[a\\t]$", '"\\t"'), ("^[ -~]$", '"\\""'), ("^[ -~]$", '"\\\\"')],
+)
+def test_xgrammar_keeps_the_escaped_members_of_a_class_out_so_llguidance_serves_it(
+    small: SmallTokenizer, routed: RoutedEngine, pattern: str, escaped: str
+) -> None:
+    # Why routing prefers llguidance for such a class (xgrammar_cost.py):
+    # xgrammar admits its plain members only, llguidance all of them, escaped.
+    spec = compact_json_spec({"type": "string", "pattern": pattern})
+    assert small.matches(spec, '"a"') and not small.matches(spec, escaped)
+    assert route(spec).engine is EngineName.LLGUIDANCE
+    assert routed_accepts(routed, spec, escaped) and routed_accepts(routed, spec, '"a"')

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from grammar_guard.core.repeat_count import repeat_count
+from grammar_guard.core.schema.regex_scan import drops_json_specials
 from grammar_guard.core.schema.values import type_set
 from grammar_guard.core.schema.vocabulary import subschemas
 from grammar_guard.core.spec import GrammarSpec, RequestKind
@@ -179,7 +180,11 @@ def xgrammar_over_constrains(spec: GrammarSpec) -> bool:
     - an array schema with ``minItems`` or ``maxItems`` and no ``items``
       admits only ``[]``;
     - a ``pattern`` or ``patternProperties`` name must match the whole
-      string, where JSON Schema looks for it anywhere in the string.
+      string, where JSON Schema looks for it anywhere in the string;
+    - a character class of plain characters and ones JSON escapes (a
+      control character, a quote, a backslash) admits only the plain ones:
+      the JSON test suite's ``^\\s$``, written out, lost the tab and the
+      line feed.
     """
     if spec.kind is not RequestKind.JSON_SCHEMA:
         return False
@@ -191,7 +196,7 @@ def xgrammar_over_constrains(spec: GrammarSpec) -> bool:
             return True
         if not isinstance(node, dict):
             continue
-        if _open_container(node, compact) or _searched_patterns(node):
+        if _open_container(node, compact) or _narrowed_patterns(node):
             return True
         pending.extend(schema for schema, _ in subschemas(node, ""))
     return False
@@ -206,10 +211,12 @@ def _open_container(node: dict[str, Any], compact: bool) -> bool:
     return compact and "object" in types and not _OBJECT_SHAPE & node.keys()
 
 
-def _searched_patterns(node: dict[str, Any]) -> bool:
+def _narrowed_patterns(node: dict[str, Any]) -> bool:
     names = node.get("patternProperties")
     patterns = [node.get("pattern"), *(names if isinstance(names, dict) else ())]
-    return any(isinstance(p, str) and not _anchored(p) for p in patterns)
+    return any(
+        isinstance(p, str) and (not _anchored(p) or drops_json_specials(p)) for p in patterns
+    )
 
 
 def _anchored(pattern: str) -> bool:

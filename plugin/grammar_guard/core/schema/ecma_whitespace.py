@@ -5,7 +5,10 @@ Unicode spaces and the byte order mark included; both engines read it as
 ASCII whitespace (llguidance's, Rust's, also lacks U+FEFF). A pattern with
 ``\\S`` then lets a no-break space through, and is refused; one with ``\\s``
 refuses valid strings. Written out as explicit classes, both mean what
-ECMA-262 means, and the engines enforce them exactly.
+ECMA-262 means: llguidance enforces them exactly, and xgrammar, which keeps
+the tab and line feed of a class out (it would write them raw), refuses
+only valid strings, so routing prefers llguidance for them
+(:func:`~grammar_guard.core.xgrammar_cost.xgrammar_over_constrains`).
 
 The scan is linear and reads only what it must: escapes, and where a
 character class starts and ends. A pattern it cannot write out exactly is

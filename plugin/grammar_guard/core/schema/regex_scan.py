@@ -46,6 +46,9 @@ class _RegexScan:
         self.pos = 0
         self.depth = 0
         self.problems: dict[str, str] = {}  # kind -> the first message of that kind
+        # A class listing characters JSON escapes beside plain ones: enforced,
+        # but an engine matching raw JSON text drops those members.
+        self.drops_specials = False
 
     def note(self, kind: str, message: str) -> None:
         self.problems.setdefault(kind, message)
@@ -216,7 +219,11 @@ class _RegexScan:
         # A class with at least one member JSON writes unescaped is matched
         # against those members only; one made of specials only is not
         # (measured: "[\\t ]" never yields a raw tab, "[\\t]" does).
-        if members and not any(_has_plain_char(member) for member in members):
+        if not any(_holds_special(member) for member in members):
+            return
+        if any(_has_plain_char(member) for member in members):
+            self.drops_specials = True
+        else:
             self.note(
                 "json_special",
                 "it matches characters JSON must escape (a quote, a backslash or a "
@@ -267,6 +274,12 @@ def _has_plain_char(member: tuple[int, int] | None) -> bool:
     return any(code not in _JSON_SPECIAL for code in range(low, min(high, low + 40) + 1))
 
 
+def _holds_special(member: tuple[int, int] | None) -> bool:
+    if member is None:
+        return False  # \d and \w hold none; \s is written out as its members first
+    return member[0] < 0x20 or _holds_quote_or_backslash(member)
+
+
 def _holds_quote_or_backslash(member: tuple[int, int] | None) -> bool:
     if member is None:
         return False  # measured: [^\W] and [^\D] keep both out
@@ -303,6 +316,18 @@ def _anchor_problems(alternatives: list[list[_Node]], at_start: bool, at_end: bo
             ):
                 return True
     return False
+
+
+def drops_json_specials(pattern: str) -> bool:
+    """Whether ``pattern`` has a class of plain characters and ones JSON escapes.
+
+    xgrammar matches such a class against its plain members only (measured:
+    ``[a\\n]`` admits ``"a"`` but not ``"\\n"``, ``[ -~]`` no quote), so it
+    refuses valid strings there; llguidance admits them, escaped.
+    """
+    scan = _RegexScan(pattern)
+    scan.parse()
+    return scan.drops_specials
 
 
 def pattern_problems(pattern: str, support: PatternSupport) -> list[str]:
