@@ -914,6 +914,50 @@ def _suite_cases() -> Iterator[tuple[str, Any, list[Any]]]:
             yield name, case["schema"], [test["data"] for test in case["tests"]]
 
 
+# uniqueItems over positions of a few values, and some of values without end.
+_FEW_VALUES = st.sampled_from((True, False, None, "a", "b", 1, 1.0, 2))
+_POSITIONS = st.one_of(
+    st.fixed_dictionaries({"enum": st.lists(_FEW_VALUES, min_size=1, max_size=4)}),
+    st.fixed_dictionaries({"const": _FEW_VALUES}),
+    st.fixed_dictionaries({"type": st.sampled_from(("boolean", "null", ["boolean", "null"]))}),
+    st.fixed_dictionaries(
+        {"type": st.just("string"), "enum": st.lists(st.sampled_from(_STRINGS), max_size=3)}
+    ),
+    st.sampled_from(({"type": "string"}, True, False)),
+)
+
+
+@st.composite
+def unique_items_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    schema: dict[str, Any] = {"uniqueItems": True}
+    if draw(st.integers(0, 3)) > 0:
+        schema["type"] = "array"
+    if draw(st.booleans()):
+        schema["prefixItems"] = draw(st.lists(_POSITIONS, min_size=1, max_size=3))
+    if draw(st.integers(0, 3)) > 0:
+        schema["items"] = draw(_POSITIONS)
+    for bound in ("minItems", "maxItems"):
+        if draw(st.booleans()):
+            schema[bound] = draw(st.integers(0, 4))
+    if draw(st.integers(0, 4)) == 0:
+        schema["contains"] = {"const": draw(_FEW_VALUES)}
+    return schema
+
+
+def _unique_items_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    arrays = st.lists(_FEW_VALUES | st.sampled_from(_STRINGS), max_size=5)
+    return st.lists(near(schema) | arrays | _EACH_TYPE, min_size=8, max_size=16)
+
+
+def _unique_items_outcome(schema: Any, rewritten: Any) -> str:
+    return "kept" if isinstance(rewritten, dict) and "uniqueItems" in rewritten else "written"
+
+
+def test_unique_items_written_as_the_arrays_accept_exactly_what_unique_items_accepts() -> None:
+    seen = _run(unique_items_schemas(), _unique_items_outcome, 300, _unique_items_instances)
+    assert seen["written, some valid"] >= 60 and seen["kept"] >= 30, seen
+
+
 def test_every_jsonschemabench_schema_the_rewrite_changes_keeps_each_verdict() -> None:
     changed = _changed(_bench_cases())
     assert len(changed["any"]) >= 25, changed  # the sample holds allOf, formats and untyped schemas

@@ -25,6 +25,9 @@ what they leave unenforced read the rewritten schema:
   its schema, where each is decided
   (:mod:`~grammar_guard.core.schema.named_values`), after the simplest
   ``not``\\ s;
+- ``uniqueItems`` over items of a few possible values, in arrays whose
+  length is bounded, written as the ``enum`` of the arrays it allows
+  (:mod:`~grammar_guard.core.schema.unique_items`), after the named values;
 - ``oneOf``, ``not`` and ``if``/``then``/``else`` whose negated parts are
   literals written out as an ``anyOf`` of branches
   (:mod:`~grammar_guard.core.schema.boolean_forms`), after the simplest
@@ -95,6 +98,7 @@ from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
 from grammar_guard.core.schema.unevaluated import KEYWORDS as UNEVALUATED
 from grammar_guard.core.schema.unevaluated import unevaluated_as_adjacent
+from grammar_guard.core.schema.unique_items import unique_arrays_written
 from grammar_guard.core.schema.untyped import split_by_type
 from grammar_guard.core.schema.values import count_values
 from grammar_guard.core.schema.vocabulary import ANNOTATIONS, subschemas
@@ -106,7 +110,7 @@ DEFINED_FORMATS = (
     "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
 )  # fmt: skip
 _RULES = (
-    "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
+    "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
     "ecma-whitespace-written,exclusive-one-of-any-of:3,one-of-narrowed-by-optional-name,contains-narrowed:4"
 )
@@ -285,6 +289,8 @@ class _Rewrite:
                 result = result if negated is None else negated
                 decided = named_values_decided(result) if isinstance(result, dict) else None
                 result = result if decided is None else decided
+                listed = unique_arrays_written(result) if isinstance(result, dict) else None
+                result = result if listed is None else listed
                 if isinstance(result, dict) and self.branches_allowed:
                     result = self.combinators_written(result, node)
                 if isinstance(result, dict) and self.branches_allowed:
