@@ -126,10 +126,15 @@ def _unsupported_keywords() -> list[Case]:
         regex_refused("regex-lookahead", "(?=a)a", "Lookahead is not supported"),
         # xgrammar cannot express it; llguidance enforces it, so routing serves it.
         schema_constrained("schema-minproperties", {"type": "object", "minProperties": 2}),
+        # Items of any string have no end; items of a few values are listed as arrays.
         _not_enforceable(
             "schema-unique-items",
-            {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True},
+            {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
             "'uniqueItems' at /uniqueItems",
+        ),
+        schema_constrained(
+            "schema-unique-items-of-values",
+            {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True},
         ),
         _not_enforceable("schema-not", {"not": {"type": "integer"}}, "'not' at /not"),
         # A condition with no complement the engines know (a pattern) stays refused;
