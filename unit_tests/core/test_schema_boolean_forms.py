@@ -258,7 +258,6 @@ KEPT: list[tuple[str, Any]] = [
     ),
     ("a reference beside", {"$defs": {"n": {}}, "$ref": "#/$defs/n", "not": {"minimum": 2}}),
     ("a malformed type", {"type": "integr", "not": {"minimum": 2}}),
-    ("an if alone constrains nothing", {"if": {"minimum": 2}}),
     ("an anyOf alone is what the engines read", {"anyOf": [{"required": ["a"]}, {"minimum": 2}]}),
     (
         "more branches than the bound",

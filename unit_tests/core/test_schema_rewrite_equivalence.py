@@ -227,6 +227,9 @@ def _keyword_values(depth: int) -> dict[str, st.SearchStrategy[Any]]:
         "anyOf": st.lists(sub() | st.just(False), min_size=1, max_size=2),
         "not": sub(),
         "allOf": st.lists(sub(), min_size=1, max_size=2),
+        "if": sub(),
+        "then": sub(),
+        "else": sub(),
     }
 
 
@@ -268,6 +271,8 @@ _FAMILIES = {
                 "propertyNames", "minProperties", "maxProperties", "dependentRequired"),
     "arrays": ("type", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
     "applicators": ("type", "$ref", "required", "anyOf", "not", "allOf", "properties"),
+    # Branches with an if, a then or an else alone, which can never fail.
+    "conditions": ("type", "if", "then", "else", "minimum", "required"),
 }  # fmt: skip
 
 
@@ -1031,3 +1036,30 @@ def test_a_not_of_items_not_is_written_as_contains(schema: dict[str, Any]) -> No
     instances = [[], [1], [0, 1], [0], ["a"], "a", 1, None, {"a": 1}, [0, 0, 1]]
     rewritten = assert_equivalent(schema, instances)
     assert rewritten is False or "contains" in rewritten or "not" not in rewritten
+
+
+@pytest.mark.parametrize(
+    ("schema", "written"),
+    [
+        # The test suite's if-then-else.json "non-interference across combined schemas".
+        (
+            {"allOf": [{"if": {"exclusiveMaximum": 0}}, {"then": {"minimum": -10}}, {"else": {}}]},
+            {},
+        ),
+        (
+            {"allOf": [{"type": "integer", "then": {"minimum": 3}}, {"minimum": 1}]},
+            {"type": "integer", "minimum": 1},
+        ),
+        ({"if": {"const": 1}, "type": "string"}, {"type": "string"}),
+        # What the if evaluated is read: "a" passes only because the if names it.
+        (
+            {"if": {"properties": {"a": True}}, "unevaluatedProperties": False},
+            {"if": {"properties": {"a": True}}, "unevaluatedProperties": False},
+        ),
+    ],
+)
+def test_an_if_then_or_else_alone_is_dropped_where_nothing_reads_it(
+    schema: dict[str, Any], written: Any
+) -> None:
+    instances = [{}, {"a": 1}, {"b": 1}, -20, -5, 0, 1, 2, 4, 1.5, "a", None]
+    assert assert_equivalent(schema, instances) == written

@@ -73,6 +73,8 @@ class AllOfMerger:
             merged = self._merge([parent, *branches], parent_reads_annotations=True)
         except _Unmergeable:
             return None
+        if merged is True:
+            return {}  # every part accepts anything, the parent too
         return merged if isinstance(merged, dict) else None
 
     def conjoin(self, schemas: Iterable[Any]) -> Any:

@@ -44,6 +44,8 @@ what they leave unenforced read the rewritten schema:
 - ECMA-262's ``\\s`` and ``\\S`` in a ``pattern`` or a ``patternProperties`` name
   written as the classes they stand for, Unicode spaces included
   (:mod:`~grammar_guard.core.schema.ecma_whitespace`);
+- an ``if`` without ``then`` or ``else``, and those without an ``if``,
+  dropped: they cannot fail, and would keep an ``allOf`` unmerged;
 - a length or count written as a whole float (``"maxItems": 2.0``) written as
   the integer it is, which is all the engines take;
 - a boolean ``propertyNames`` or ``prefixItems`` entry written as the
@@ -112,7 +114,7 @@ DEFINED_FORMATS = (
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,exclusive-one-of-any-of:3,one-of-narrowed-by-optional-name,contains-narrowed:4"
+    "ecma-whitespace-written,lone-conditions-dropped,exclusive-one-of-any-of:3,one-of-narrowed-by-optional-name,contains-narrowed:4"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -278,6 +280,8 @@ class _Rewrite:
                 ),
                 keys_movable=self.movable(pointer),
             )
+            if self.branches_allowed and self.movable(pointer):
+                result = _lone_conditions_dropped(result)
             if "allOf" in result and self.movable(pointer):
                 merged = self.merger.merge(result)
                 result = result if merged is None else merged
@@ -474,6 +478,23 @@ def _counts_as_integers(node: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value := node[key], float) and value.is_integer()
     }
     return {**node, **whole} if whole else node
+
+
+def _lone_conditions_dropped(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` without an ``if`` that has no ``then`` or ``else``, or those without an ``if``.
+
+    Neither can fail, but the ``allOf`` merge keeps the three together, so
+    ``{"allOf": [{"if": A}, {"then": B}]}`` (two schemas that accept
+    anything) was left unmerged. Only where nothing reads what an ``if``
+    evaluated (``unevaluatedProperties``), which the caller checks.
+    """
+    if "if" in node:
+        lone: tuple[str, ...] = () if node.keys() & {"then", "else"} else ("if",)
+    else:
+        lone = tuple(node.keys() & {"then", "else"})
+    if not lone:
+        return node
+    return {key: value for key, value in node.items() if key not in lone}
 
 
 def _local_pointer(ref: str) -> str | None:
