@@ -58,7 +58,13 @@ from grammar_guard.core.schema.negation import (
 )
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import count_values, is_number, type_names
-from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL, TYPE_KINDS
+from grammar_guard.core.schema.vocabulary import (
+    ALL_TYPES,
+    ANNOTATIONS,
+    KNOWN_KEYWORDS,
+    STRUCTURAL,
+    TYPE_KINDS,
+)
 
 # One schema holding exactly when each of several does (AllOfMerger.conjoin).
 Conjoin = Callable[[Iterable[Any]], Any]
@@ -117,7 +123,6 @@ _KEYWORDS_OF = {
     )
     for key in keys
 }  # fmt: skip
-_ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 # The written size the anyOf may reach, as dependencies.py bounds its own.
 _GROWTH = 2
 _GROWTH_SLACK = 256
@@ -423,7 +428,7 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
         ]
     if key in ("const", "enum"):
         named = [value] if key == "const" else value
-        outside = values_outside(named, _ALL_TYPES) if isinstance(named, list) and named else None
+        outside = values_outside(named, ALL_TYPES) if isinstance(named, list) and named else None
         return None if outside is None else [(_identity(key, value), False, {key: value}, outside)]
     if key == "pattern" and isinstance(value, str):
         outside = run_complement(value)
@@ -545,7 +550,7 @@ def _without_empty_types(branch: Any) -> Any:
         empty.append("object")
     if not empty:
         return branch
-    declared = branch.get("type", list(_ALL_TYPES))
+    declared = branch.get("type", list(ALL_TYPES))
     names = [declared] if isinstance(declared, str) else declared
     if not isinstance(names, list):
         return branch  # a malformed type, for the engine to report

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grammar_guard.core.schema.evaluate import values_split
-from grammar_guard.core.schema.negation import MAX_NAMED_VALUES, nothing_left
+from grammar_guard.core.schema.negation import MAX_NAMED_VALUES, named_values_written
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.vocabulary import ANNOTATIONS, STRUCTURAL
 
@@ -36,12 +35,4 @@ def named_values_decided(node: dict[str, Any]) -> Any:
     rest = {key: value for key, value in node.items() if key != named_key and key not in kept}
     if not any(can_fail(key, value, node) for key, value in rest.items()):
         return None  # nothing beside the values: nothing to write
-    split = values_split(named, rest)
-    if split is None:
-        return None
-    passing, _ = split
-    if not passing:
-        return nothing_left(node)
-    if named_key == "const":
-        return {**kept, "const": node["const"]}
-    return {**kept, "enum": passing}
+    return named_values_written(node, kept, named, rest, passing=True)

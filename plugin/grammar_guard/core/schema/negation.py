@@ -41,12 +41,8 @@ from grammar_guard.core.schema.values import (
     satisfies,
     type_names,
 )
-from grammar_guard.core.schema.vocabulary import TYPE_KINDS
+from grammar_guard.core.schema.vocabulary import ALL_TYPES, TYPE_KINDS, TYPE_VALUES
 
-# A schema without "type" allows each of these (and "integer", within "number").
-_ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
-# The values of the types that have finitely many.
-_TYPE_VALUES: dict[str, tuple[Any, ...]] = {"boolean": (True, False), "null": (None,)}
 # Named values decided one by one against any negated schema: each costs a walk of it.
 MAX_NAMED_VALUES = 64
 # The keywords of a negated schema whose verdict on each value is decided here.
@@ -64,7 +60,7 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
     """
     if "not" not in node:
         return None
-    own_types = type_names(node["type"]) if "type" in node else _ALL_TYPES
+    own_types = type_names(node["type"]) if "type" in node else ALL_TYPES
     if own_types is None or ("enum" in node and not isinstance(node["enum"], list)):
         return None
     rest = {key: value for key, value in node.items() if key != "not"}
@@ -86,7 +82,7 @@ def negation_rewritten(node: dict[str, Any]) -> Any:
         return None
     if "enum" in constraints and not isinstance(constraints["enum"], list):
         return None
-    if "enum" in node or "const" in node or set(own_types) <= _TYPE_VALUES.keys():
+    if "enum" in node or "const" in node or set(own_types) <= TYPE_VALUES.keys():
         return _values_left(node, rest, own_types, constraints)
     if constraints.keys() == {"type"}:
         return _types_left(node, rest, own_types, constraints["type"])
@@ -217,7 +213,7 @@ def _values_left(
     elif "const" in node:
         left = [] if excluded(node["const"]) else [node["const"]]
     else:
-        values = [value for name in own_types for value in _TYPE_VALUES[name]]
+        values = [value for name in own_types for value in TYPE_VALUES[name]]
         left = [value for value in values if not excluded(value)]
     if not left:
         return nothing_left(node)
@@ -233,13 +229,26 @@ def _named_values_left(node: dict[str, Any], rest: dict[str, Any], negated: Any)
     named = node["enum"] if "enum" in node else [node["const"]]
     if not isinstance(named, list) or len(named) > MAX_NAMED_VALUES:
         return None
-    split = values_split(named, negated)
+    return named_values_written(node, rest, named, negated, passing=False)
+
+
+def named_values_written(
+    node: dict[str, Any], written: dict[str, Any], named: list[Any], schema: Any, *, passing: bool
+) -> Any:
+    """``written`` allowing only the ``named`` values of ``node`` that pass ``schema``
+    (``passing``) or fail it; None where one is not decided.
+
+    A ``const`` alone stays one; ``false`` (:func:`nothing_left`) where no value is left.
+    """
+    split = values_split(named, schema)
     if split is None:
         return None
-    _, left = split
+    left = split[0] if passing else split[1]
     if not left:
         return nothing_left(node)
-    return rest if "const" in node and "enum" not in node else {**rest, "enum": left}
+    if "enum" not in node:
+        return {**written, "const": node["const"]}
+    return {**written, "enum": left}
 
 
 def _types_left(
@@ -265,8 +274,8 @@ def types_outside(value: Any) -> tuple[str, ...] | None:
     names = type_names(value)
     if names is None:
         return None
-    allowed = _kinds(_ALL_TYPES) - _kinds(names)
-    left = tuple(name for name in _ALL_TYPES if TYPE_KINDS[name] <= allowed)
+    allowed = _kinds(ALL_TYPES) - _kinds(names)
+    left = tuple(name for name in ALL_TYPES if TYPE_KINDS[name] <= allowed)
     return left if _kinds(left) == allowed else None
 
 

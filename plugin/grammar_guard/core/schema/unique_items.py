@@ -24,18 +24,23 @@ from typing import Any
 from grammar_guard.core.schema.evaluate import validates
 from grammar_guard.core.schema.negation import nothing_left
 from grammar_guard.core.schema.values import canonical, type_set
-from grammar_guard.core.schema.vocabulary import ANNOTATIONS, STRUCTURAL
+from grammar_guard.core.schema.vocabulary import (
+    ALL_TYPES,
+    ANNOTATIONS,
+    KEYWORD_TYPES,
+    STRUCTURAL,
+    TYPE_VALUES,
+)
 
 # Arrays tried: four distinct values make 65 arrays, five 326. Each is
 # written into the schema, which must stay in proportion to the client's.
 MAX_CANDIDATES = 128
-# Keywords the candidates are decided against; any other leaves the node as written.
+# Keywords the candidates are decided against (the evaluator leaves those it
+# cannot decide, unevaluatedItems say, undecided); any other keeps the node.
 _ARRAY_KEYWORDS = frozenset(
-    {"type", "uniqueItems", "items", "prefixItems", "minItems", "maxItems"}
-    | {"contains", "minContains", "maxContains"}
+    {"type"} | {key for key, types in KEYWORD_TYPES.items() if types == {"array"}}
 )
-_OTHER_TYPES = ["null", "boolean", "object", "string", "number"]
-_VALUES_OF_TYPE = {"boolean": (False, True), "null": (None,)}
+_OTHER_TYPES = [name for name in ALL_TYPES if name != "array"]
 
 
 def unique_arrays_written(node: dict[str, Any]) -> dict[str, Any] | None:
@@ -121,9 +126,9 @@ def _possible_values(schema: Any) -> list[Any] | None:
     if "const" in schema:
         return [schema["const"]]
     types = type_set(schema.get("type"))
-    if not types or not types <= _VALUES_OF_TYPE.keys():
+    if not types or not types <= TYPE_VALUES.keys():
         return None
-    return [value for name in sorted(types) for value in _VALUES_OF_TYPE[name]]
+    return [value for name in sorted(types) for value in TYPE_VALUES[name]]
 
 
 def _distinct_arrays(positions: list[list[Any]]) -> list[list[Any]] | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.vocabulary import (
+    ALL_TYPES,
     ANNOTATIONS,
     KEYWORD_TYPES,
     KNOWN_KEYWORDS,
@@ -25,8 +26,6 @@ from grammar_guard.core.schema.vocabulary import (
     STRUCTURAL,
 )
 
-# The branch types in the order a rewritten anyOf lists the rest.
-_ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 # Keywords that say an untyped schema is an object or an array, as its author
 # means and as engines already read it (xgrammar builds such a schema as
 # that type alone). Spelled out, the other types would let a model answer a
@@ -75,7 +74,7 @@ def split_by_type(node: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not {"number", "string"} & set(constrained) and _SHAPE_KEYWORDS & node.keys():
         return None
-    others = [kind for kind in _ALL_TYPES if kind not in by_type]
+    others = [kind for kind in ALL_TYPES if kind not in by_type]
     branches = [{"type": kind, **keywords} for kind, keywords in by_type.items()]
     branches.append({"type": others})
     return {**shared, "anyOf": branches}

@@ -9,6 +9,11 @@ from typing import Any
 from grammar_guard.core.schema.pointers import join_pointer
 
 JSON_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
+# The types a schema without "type" allows ("integer" within "number"), in the
+# order the rewrites list them.
+ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
+# The values of the types that have finitely many.
+TYPE_VALUES: Mapping[str, tuple[Any, ...]] = {"boolean": (True, False), "null": (None,)}
 
 # Keywords that impose nothing on an instance (meta-data and content
 # vocabularies; in 2020-12 the content keywords are annotations only).
