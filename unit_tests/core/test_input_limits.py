@@ -66,14 +66,22 @@ def nested_list(depth: int) -> list[Any]:
 CONTROL_CHARS = ["\x00", "\x01", "\x08", "\x0b", "\x0c", "\x0e", "\x1b", "\x1f", "\x7f"]
 
 
-@pytest.mark.parametrize("char", CONTROL_CHARS)
+_TEMPLATES = [
+    (RequestKind.REGEX, "ab{}c"),
+    (RequestKind.GRAMMAR, 'root ::= "ab{}c"'),
+    (RequestKind.JSON_SCHEMA, '{{"title": "ab{}c"}}'),
+    (RequestKind.CHOICE, '["ab{}c"]'),
+]
+
+
 @pytest.mark.parametrize(
-    ("kind", "template"),
+    ("kind", "template", "char"),
     [
-        (RequestKind.REGEX, "ab{}c"),
-        (RequestKind.GRAMMAR, 'root ::= "ab{}c"'),
-        (RequestKind.JSON_SCHEMA, '{{"title": "ab{}c"}}'),
-        (RequestKind.CHOICE, '["ab{}c"]'),
+        (kind, template, char)
+        for kind, template in _TEMPLATES
+        for char in CONTROL_CHARS
+        # A schema's string may hold DEL raw: test_raw_delete_in_a_schema_is_escaped.
+        if (kind, char) != (RequestKind.JSON_SCHEMA, "\x7f")
     ],
 )
 def test_raw_control_character_is_refused_naming_it(
@@ -84,6 +92,13 @@ def test_raw_control_character_is_refused_naming_it(
     assert f"U+{ord(char):04X}" in reason
     assert kind.value in reason
     assert f"offset {source.index(char)}" in reason
+
+
+def test_raw_delete_in_a_schema_is_escaped() -> None:
+    # JSON takes DEL raw in a string; the schema means what its escape means.
+    raw, escaped = '{"title": "ab\x7fc"}', '{"title": "ab\\u007fc"}'
+    assert build(RequestKind.JSON_SCHEMA, raw) == build(RequestKind.JSON_SCHEMA, escaped)
+    assert "\x7f" not in build(RequestKind.JSON_SCHEMA, raw).text
 
 
 @pytest.mark.parametrize("code_point", [0x00, 0x01, 0x1F, 0x7F])

@@ -22,6 +22,10 @@ MAX_JSON_DEPTH = 64
 # parsers may treat as terminators. Tab, newline and carriage return are kept:
 # grammars and regexes legitimately contain them.
 _FORBIDDEN_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# The same in a JSON schema's text, but DEL: the parser refuses every other
+# control character raw, and DEL can only stand in a string literal, where it
+# means what its escape means, which a schema may hold (spec.py escapes it).
+_FORBIDDEN_CONTROL_IN_JSON = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # Where the scan of JSON text stops outside string literals: at a quote or a
 # bracket, or once the rest is plain text, at a bracket. Each is one character
 # class, so a search reads forward to the next such character and no further.
@@ -39,12 +43,12 @@ _OPENING = frozenset("[{")
 EXCERPT_CHARS = 200
 
 
-def check_text(field: str, text: str) -> None:
+def check_text(field: str, text: str, *, json_text: bool = False) -> None:
     if len(text) > MAX_GRAMMAR_CHARS:
         raise InvalidGrammarError(
             f"{field} is {len(text)} characters long; the limit is {MAX_GRAMMAR_CHARS}"
         )
-    found = _FORBIDDEN_CONTROL.search(text)
+    found = (_FORBIDDEN_CONTROL_IN_JSON if json_text else _FORBIDDEN_CONTROL).search(text)
     if found:
         raise InvalidGrammarError(
             f"{field} contains the control character U+{ord(found.group()):04X} "

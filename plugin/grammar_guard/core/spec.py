@@ -95,7 +95,7 @@ def _canonical_json(
 ) -> tuple[str, Any]:
     """The compact text of a JSON input, and the parsed value it came from."""
     if isinstance(source, str):
-        check_text(kind.value, source)
+        check_text(kind.value, source, json_text=kind is RequestKind.JSON_SCHEMA)
         if not source.strip():
             raise InvalidGrammarError(f"{kind.value} must not be empty")
         check_json_depth(kind.value, source)
