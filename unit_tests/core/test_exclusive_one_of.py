@@ -102,6 +102,39 @@ SENDERS = {
 }
 # Two bands of one number, meeting at an end only one of them holds.
 BANDS = {"oneOf": [{"type": "integer", "maximum": 3}, {"type": "number", "exclusiveMinimum": 3}]}
+# A CSS length or "auto": the named value fails the other branch's pattern.
+SIZE = {"oneOf": [{"const": "auto"}, {"type": "string", "pattern": "^[0-9]+px$"}]}
+# An address of either family: both patterns may start with a digit, and no
+# string matches both (their automata tell).
+ADDRESS = {"type": "string", "oneOf": [{"format": "ipv4"}, {"format": "ipv6"}]}
+# Github_trivial o25761: the branches tell "_attributes" apart by the "init_system"
+# it requires, one naming "upstart", the other any string but that.
+SERVICES = {
+    "type": "object",
+    "required": ["_elements"],
+    "oneOf": [
+        {
+            "properties": {
+                "_attributes": {
+                    "type": "object",
+                    "required": ["init_system"],
+                    "properties": {"init_system": {"type": "string", "not": {"enum": ["upstart"]}}},
+                },
+                "_elements": {"type": "array", "items": {"type": "string"}},
+            }
+        },
+        {
+            "properties": {
+                "_attributes": {
+                    "type": "object",
+                    "required": ["init_system"],
+                    "properties": {"init_system": {"enum": ["upstart"]}},
+                },
+                "_elements": {"type": "array", "items": {"type": "integer"}},
+            }
+        },
+    ],
+}
 
 INSTANCES: list[Any] = [
     {},
@@ -135,6 +168,13 @@ INSTANCES: list[Any] = [
     {"from": []},
     "x",
     [],
+    "auto",
+    "12px",
+    "12",
+    "10.0.0.1",
+    "::1",
+    "2001:db8::1",
+    "1.2.3",
 ]
 
 
@@ -149,6 +189,8 @@ INSTANCES: list[Any] = [
         (API_KEY, {"type": "string"}),
         (SENDERS, {"type": "object"}),
         (BANDS, {}),
+        (SIZE, {}),
+        (ADDRESS, {"type": "string"}),
     ],
     ids=[
         "discriminated-by-the-node",
@@ -159,6 +201,8 @@ INSTANCES: list[Any] = [
         "strings-only",
         "counts-apart",
         "bounds-apart",
+        "named-value-outside",
+        "patterns-apart-by-automata",
     ],
 )
 def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
@@ -196,6 +240,10 @@ def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
         {"oneOf": [{"type": "string"}, {"pattern": "^a"}]},
         # Unanchored: "./x" matches both.
         {"oneOf": [{"type": "string", "pattern": "x"}, {"type": "string", "pattern": "^\\./"}]},
+        # "12px" is named and matches the pattern too.
+        {"oneOf": [{"enum": ["auto", "12px"]}, {"type": "string", "pattern": "^[0-9]+px$"}]},
+        # "1.2.3.4" is a host name and an IPv4 address.
+        {"type": "string", "oneOf": [{"format": "ipv4"}, {"format": "hostname"}]},
         # Two items pass both counts.
         {
             "oneOf": [
@@ -210,6 +258,8 @@ def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
         "shared-name-overlapping",
         "a-pattern",
         "unanchored",
+        "named-value-inside",
+        "patterns-sharing-a-string",
         "counts-meeting",
     ],
 )
@@ -231,6 +281,17 @@ def test_branches_not_proved_exclusive_stay_a_one_of(schema: dict[str, Any]) -> 
         (HREF, '"./model.glb"', '"model.glb"'),
         (API_KEY, '"123e4567-e89b-12d3-a456-426614174000"', "12"),
         (SENDERS, '{"from":[1]}', '{"from":[1,2]}'),
+        (SIZE, '"12px"', '"12"'),
+        (SIZE, '"auto"', '"autopx"'),
+        (ADDRESS, '"::1"', '"1.2.3"'),
+        (ADDRESS, '"10.0.0.1"', '"10.0.0.256"'),
+        # Narrowed: "_attributes" is required, which tells the branches apart.
+        (SERVICES, '{"_attributes":{"init_system":"upstart"},"_elements":[1]}', '{"_elements":[]}'),
+        (
+            SERVICES,
+            '{"_attributes":{"init_system":"x"},"_elements":["a"]}',
+            '{"_attributes":{"init_system":"x"},"_elements":[1]}',
+        ),
     ],
 )
 def test_refused_before_now_served_and_enforced(

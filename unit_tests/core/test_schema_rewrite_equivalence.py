@@ -710,6 +710,51 @@ def test_one_ofs_bounded_apart_written_as_any_of_accept_exactly_what_the_one_of_
     assert seen["written, some valid"] >= 30 and seen["kept"] >= 40, seen
 
 
+# Strings told apart by named values, patterns and formats, overlapping or not.
+_WORDS = ("", "a", "ab", "ba", "12", "12px", "auto", "1.2.3.4", "::1", "2024-01-02", "x1")
+_STRING_BRANCHES = st.one_of(
+    st.builds(lambda value: {"const": value}, st.sampled_from(_WORDS)),
+    st.builds(
+        lambda values: {"enum": values},
+        st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3, unique=True),
+    ),
+    st.builds(
+        lambda pattern: {"type": "string", "pattern": pattern},
+        st.sampled_from(
+            ("^a", "b$", "^[0-9]+$", "^[0-9]+px$", "a", "^a+$", "^(?:ab|ba)$", "[0-9]")
+        ),
+    ),
+    st.builds(
+        lambda name: {"type": "string", "format": name},
+        st.sampled_from(("ipv4", "ipv6", "date", "hostname")),
+    ),
+)
+
+
+@st.composite
+def string_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
+    """A oneOf of two or three string branches, now and then the value of a property."""
+    schema: dict[str, Any] = {"oneOf": draw(st.lists(_STRING_BRANCHES, min_size=2, max_size=3))}
+    if draw(st.booleans()):
+        schema["type"] = "string"
+    if draw(st.booleans()):
+        schema = {"type": "object", "required": ["v"], "properties": {"v": schema}}
+    return schema
+
+
+def _string_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    strings = st.sampled_from(_WORDS) | st.text(alphabet="ab12px.:", max_size=5)
+    values = strings | _EACH_TYPE | st.fixed_dictionaries({"v": strings})
+    return st.lists(values, min_size=8, max_size=16)
+
+
+def test_one_ofs_of_strings_apart_written_as_any_of_accept_exactly_what_the_one_of_accepts() -> (
+    None
+):
+    seen = _run(string_one_ofs(), _one_of_outcome, 300, _string_instances)
+    assert seen["written, some valid"] >= 30 and seen["kept"] >= 40, seen
+
+
 @st.composite
 def nested_discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
     """A oneOf of branches telling apart a "meta" object by the "kind" it requires,

@@ -5,8 +5,10 @@ that is "at least one", an ``anyOf``, which both engines enforce and which
 the rewrite can merge the node's other keywords into. The usual case is a
 discriminator: each branch requires ``"kind"`` with values of its own.
 Exclusivity is proved by :meth:`SchemaFacts.exclusive`, a sufficient test
-(disjoint types, disjoint values, a required property whose values are
-disjoint), on each branch together with the node's own ``type``,
+(disjoint types, disjoint values, named values each invalid against the
+other branch, patterns no string matches both of, disjoint bounds, a
+required property whose schemas exclude each other, two levels down at
+most), on each branch together with the node's own ``type``,
 ``required`` and ``properties``: a value those refuse fails the node
 whatever its branches say, so only the values they accept need be in one
 branch at most.
@@ -97,7 +99,7 @@ def _optional_discriminator(node: dict[str, Any], facts: SchemaFacts) -> str | N
 
 
 def _told_apart(facts: SchemaFacts, left: tuple[Any, ...], right: tuple[Any, ...]) -> bool:
-    return any(facts.exclusive(one, other, nested=False) for one in left for other in right)
+    return any(facts.exclusive(one, other) for one in left for other in right)
 
 
 def _as_any_of(

@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
+from grammar_guard.core.schema.evaluate import validates
+from grammar_guard.core.schema.pattern_overlap import patterns_overlap
 from grammar_guard.core.schema.pattern_starts import first_chars
 from grammar_guard.core.schema.pointers import MISSING, resolve_pointer
 from grammar_guard.core.schema.values import (
@@ -25,6 +27,13 @@ _MAX_PATTERNS = 4
 # Names both sides require, and schemas per name, compared one level down.
 MAX_COMPARED_NAMES = 64
 _MAX_PROPERTY_SCHEMAS = 4
+# Named values decided against the other side of an exclusivity test: at
+# most this many per side, and this many evaluations per document in all.
+_MAX_DECIDED_VALUES = 32
+_MAX_EVALUATIONS = 128
+# State pairs the patterns of one document may visit when compared
+# (pattern_overlap.py): two format patterns take from a few hundred to 5,400.
+_MAX_OVERLAP_WORK = 10_000
 # Each pattern read once however many branches it is compared with.
 _first_chars = functools.lru_cache(maxsize=256)(first_chars)
 
@@ -89,6 +98,7 @@ class SchemaFacts:
     def __init__(self, root: Any) -> None:
         self.root = root
         self._types: dict[int, frozenset[str]] = {}
+        self._named: dict[int, tuple[Any, ...] | None] = {}
         self._values: dict[int, frozenset[Any] | None] = {}
         self._required: dict[int, dict[str, frozenset[Any]]] = {}
         self._names: dict[int, frozenset[str]] = {}
@@ -98,6 +108,9 @@ class SchemaFacts:
         self._intervals: list[dict[int, Interval]] = [{} for _ in _BOUND_FAMILIES]
         self._depth = 0
         self._comparisons_left = self.MAX_COMPARISONS
+        self._evaluations_left = _MAX_EVALUATIONS
+        self._overlap_work_left = _MAX_OVERLAP_WORK
+        self._overlaps: dict[tuple[str, str], bool | None] = {}
 
     def _memoised(
         self,
@@ -168,6 +181,23 @@ class SchemaFacts:
                 types &= frozenset().union(*(self.types(branch) for branch in branches))
         return types
 
+    def named(self, schema: Any) -> tuple[Any, ...] | None:
+        """The values ``schema`` allows at most, as written, if it names them (const/enum)."""
+        if not isinstance(schema, dict):
+            return None
+        return self._memoised(self._named, schema, None, self._compute_named)
+
+    def _compute_named(self, schema: dict[str, Any]) -> tuple[Any, ...] | None:
+        if "const" in schema:
+            return (schema["const"],)
+        if isinstance(schema.get("enum"), list):
+            return tuple(schema["enum"])
+        for candidate in self._parts(schema):
+            found = self.named(candidate)
+            if found is not None:
+                return found
+        return None
+
     def values(self, schema: Any) -> frozenset[Any] | None:
         """The canonical values ``schema`` allows, if it names them (const/enum); else None."""
         if not isinstance(schema, dict):
@@ -175,17 +205,8 @@ class SchemaFacts:
         return self._memoised(self._values, schema, None, self._compute_values)
 
     def _compute_values(self, schema: dict[str, Any]) -> frozenset[Any] | None:
-        found: frozenset[Any] | None = None
-        if "const" in schema:
-            found = frozenset({canonical(schema["const"])})
-        elif isinstance(schema.get("enum"), list):
-            found = frozenset(canonical(value) for value in schema["enum"])
-        else:
-            for candidate in self._parts(schema):
-                found = self.values(candidate)
-                if found is not None:
-                    break
-        return found
+        named = self.named(schema)
+        return None if named is None else frozenset(canonical(value) for value in named)
 
     def required_values(self, schema: Any) -> dict[str, frozenset[Any]]:
         """Properties an object must have whose values are limited to a known set."""
@@ -239,12 +260,13 @@ class SchemaFacts:
                 names |= self.required_names(branch)
         return names
 
-    def exclusive(self, left: Any, right: Any, *, nested: bool = True) -> bool:
+    def exclusive(self, left: Any, right: Any, *, levels: int = 2) -> bool:
         """Whether no value is valid against both (a sufficient test, not an exact one).
 
-        With ``nested``, a name both require whose schemas exclude each other
-        (tested without ``nested``: one level down) proves it too, as a
-        ``"meta": {"required": ["kind"], ...}`` told apart by its ``kind`` does.
+        Up to ``levels`` down, a name both require whose schemas exclude each
+        other proves it too, as a ``"meta": {"required": ["kind"], ...}`` told
+        apart by its ``kind`` does; two levels reach a ``kind`` inside a
+        property of branches that are themselves wrapped in an ``allOf``.
         """
         if self._comparisons_left <= 0:
             return False
@@ -255,6 +277,8 @@ class SchemaFacts:
         left_values, right_values = self.values(left), self.values(right)
         if left_values is not None and right_values is not None:
             return not left_values & right_values
+        if self._named_values_fail(left, right) or self._named_values_fail(right, left):
+            return True
         if left_types & right_types <= {"string"} and self._patterns_disjoint(left, right):
             return True
         for family, (types, *_) in enumerate(_BOUND_FAMILIES):
@@ -268,16 +292,28 @@ class SchemaFacts:
             for name in left_props.keys() & right_props.keys():
                 if not left_props[name] & right_props[name]:
                     return True
-            if nested:
-                return self._required_schemas_exclusive(left, right)
+            if levels > 0:
+                return self._required_schemas_exclusive(left, right, levels - 1)
         return False
 
-    def _required_schemas_exclusive(self, left: Any, right: Any) -> bool:
+    def _named_values_fail(self, named_side: Any, other: Any) -> bool:
+        """Whether each value ``named_side`` names is invalid against ``other``, as evaluated.
+
+        ``{"const": "auto"}`` and ``{"pattern": "^[0-9]+px$"}``: no other test
+        compares a named value with a pattern, a ``not`` or a length.
+        """
+        named = self.named(named_side)
+        if named is None or len(named) > min(_MAX_DECIDED_VALUES, self._evaluations_left):
+            return False
+        self._evaluations_left -= len(named)
+        return all(validates(value, other) is False for value in named)
+
+    def _required_schemas_exclusive(self, left: Any, right: Any, levels: int) -> bool:
         """Whether a name both require has, on each side, a schema excluding the other's."""
         shared = sorted(self.required_names(left) & self.required_names(right))
         left_schemas, right_schemas = self.property_schemas(left), self.property_schemas(right)
         return any(
-            self.exclusive(one, other, nested=False)
+            self.exclusive(one, other, levels=levels)
             for name in shared[:MAX_COMPARED_NAMES]
             for one in left_schemas.get(name, ())
             for other in right_schemas.get(name, ())
@@ -321,12 +357,22 @@ class SchemaFacts:
         return found
 
     def _patterns_disjoint(self, left: Any, right: Any) -> bool:
-        """Whether a pattern each must match starts with characters the other's cannot."""
+        """Whether no string matches a pattern of each: by first characters, else by automata."""
+        patterns = (self.patterns(left), self.patterns(right))
         starts = [
-            [first for first in map(_first_chars, self.patterns(side)) if first is not None]
-            for side in (left, right)
+            [first for first in map(_first_chars, side) if first is not None] for side in patterns
         ]
-        return any(a.disjoint(b) for a in starts[0] for b in starts[1])
+        if any(a.disjoint(b) for a in starts[0] for b in starts[1]):
+            return True
+        return any(self._overlap(a, b) is False for a in patterns[0] for b in patterns[1])
+
+    def _overlap(self, first: str, second: str) -> bool | None:
+        key = (first, second)
+        if key not in self._overlaps:
+            found, work = patterns_overlap(first, second, self._overlap_work_left)
+            self._overlap_work_left -= work
+            self._overlaps[key] = found
+        return self._overlaps[key]
 
     def patterns(self, schema: Any) -> tuple[str, ...]:
         """``pattern``\\ s every string valid against ``schema`` matches (a few at most)."""

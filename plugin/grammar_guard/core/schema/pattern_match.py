@@ -24,11 +24,13 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-# The longest pattern read, the most automaton states built (a counted
+# The longest pattern read (formats.py writes some of 2-3k characters), the
+# most automaton states built (a counted
 # repetition is built once per count), and the most state visits one string
 # may cost (states times characters): past them, not decided.
-MAX_PATTERN = 1024
+MAX_PATTERN = 4096
 MAX_STATES = 4096
 MAX_WORK = 200_000
 _REMEMBERED = 256
@@ -90,27 +92,31 @@ class _State:
     out: list[int] = field(default_factory=list)
 
 
+class Automaton(NamedTuple):
+    """A pattern's automaton: its states, and the one a match starts in."""
+
+    states: tuple[_State, ...]
+    start: int
+
+
 def match_work(pattern: str, text: str) -> int | None:
     """What deciding ``pattern`` on ``text`` costs, in state visits at most; None: not decided."""
-    automaton = _automaton(pattern)
-    return None if automaton is None else len(automaton[0]) * (len(text) + 1)
+    read = automaton(pattern)
+    return None if read is None else len(read.states) * (len(text) + 1)
 
 
 def pattern_matches(pattern: str, text: str) -> bool | None:
     """Whether ``text`` holds a match of ``pattern`` (ECMA-262, no flags); None: not decided."""
     if any(ord(char) > 0xFFFF for char in text):
         return None
-    automaton = _automaton(pattern)
-    if automaton is None:
+    read = automaton(pattern)
+    if read is None or len(read.states) * (len(text) + 1) > MAX_WORK:
         return None
-    states, start = automaton
-    if len(states) * (len(text) + 1) > MAX_WORK:
-        return None
-    return _runs_to_match(states, start, text)
+    return _runs_to_match(read.states, read.start, text)
 
 
 @functools.lru_cache(maxsize=_REMEMBERED)
-def _automaton(pattern: str) -> tuple[tuple[_State, ...], int] | None:
+def automaton(pattern: str) -> Automaton | None:
     """The states of ``pattern``'s automaton and its start; None if it is not read here."""
     if len(pattern) > MAX_PATTERN or any(ord(char) > 0xFFFF for char in pattern):
         return None
@@ -120,7 +126,7 @@ def _automaton(pattern: str) -> tuple[tuple[_State, ...], int] | None:
         start = builder.build(tree, builder.add(_State("match")))
     except (_Unread, RecursionError):
         return None
-    return tuple(builder.states), start
+    return Automaton(tuple(builder.states), start)
 
 
 def _runs_to_match(states: tuple[_State, ...], start: int, text: str) -> bool:

@@ -114,7 +114,7 @@ DEFINED_FORMATS = (
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,lone-conditions-dropped,exclusive-one-of-any-of:3,one-of-narrowed-by-optional-name,contains-narrowed:4"
+    "ecma-whitespace-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
