@@ -285,9 +285,21 @@ CASES: list[tuple[str, Any, set[tuple[str, str]]]] = [
     ("propertyNames alone", {"type": "object", "propertyNames": {"maxLength": 3}}, set()),
     ("propertyNames enum", {"type": "object", "propertyNames": {"enum": ["a", "b"]}}, set()),
     (
-        "propertyNames next to properties",
-        {**OBJECT, "propertyNames": {"maxLength": 3}},
+        # "a" may not be in the object: xgrammar would still write it.
+        "propertyNames refusing a listed name",
+        {**OBJECT, "propertyNames": {"minLength": 3}},
         {("propertyNames", "/propertyNames")},
+    ),
+    (
+        "propertyNames undecided for a listed name",
+        {**OBJECT, "$defs": {"n": {}}, "propertyNames": {"$ref": "#/$defs/n"}},
+        {("propertyNames", "/propertyNames")},
+    ),
+    # Each listed name passes: only the names an object adds are checked.
+    (
+        "propertyNames passing the listed names",
+        {**OBJECT, "propertyNames": {"maxLength": 3}},
+        set(),
     ),
     (
         "propertyNames {}",

@@ -755,6 +755,57 @@ def test_one_ofs_of_strings_apart_written_as_any_of_accept_exactly_what_the_one_
     assert seen["written, some valid"] >= 30 and seen["kept"] >= 40, seen
 
 
+# propertyNames beside listed properties, closed or not.
+_OBJECT_NAMES = ("a", "ab", "B", "a1", "x")
+_NAME_SCHEMAS = st.sampled_from(
+    (
+        {"pattern": "^[a-z]+$"},
+        {"maxLength": 1},
+        {"enum": ["a", "ab", "x"]},
+        {"const": "a"},
+        {"not": {"const": "B"}},
+        {"type": "string", "minLength": 2},
+    )
+)
+
+
+@st.composite
+def property_names_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    """An object schema listing some names, with propertyNames and often a closing keyword."""
+    listed = draw(st.lists(st.sampled_from(_OBJECT_NAMES[:4]), max_size=4, unique=True))
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            name: {"type": draw(st.sampled_from(("integer", "string")))} for name in listed
+        },
+        "propertyNames": draw(_NAME_SCHEMAS),
+    }
+    extra = draw(st.sampled_from(("absent", "false", "integer", "patterns")))
+    if extra == "false":
+        schema["additionalProperties"] = False
+    elif extra == "integer":
+        schema["additionalProperties"] = {"type": "integer"}
+    elif extra == "patterns":
+        schema.update(additionalProperties=False, patternProperties={"^x": {}})
+    if listed and draw(st.booleans()):
+        schema["required"] = draw(st.lists(st.sampled_from(listed), min_size=1, unique=True))
+    return schema
+
+
+def _property_names_instances(schema: Any) -> st.SearchStrategy[list[Any]]:
+    objects = st.dictionaries(st.sampled_from(_OBJECT_NAMES), st.sampled_from((1, "s")), max_size=3)
+    return st.lists(objects | _EACH_TYPE, min_size=8, max_size=16)
+
+
+def _property_names_outcome(schema: Any, rewritten: Any) -> str:
+    return "kept" if rewritten == schema else "written"
+
+
+def test_property_names_decided_accept_exactly_what_the_schema_accepts() -> None:
+    seen = _run(property_names_schemas(), _property_names_outcome, 300, _property_names_instances)
+    assert seen["written, some valid"] >= 40 and seen["kept"] >= 40, seen
+
+
 @st.composite
 def nested_discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
     """A oneOf of branches telling apart a "meta" object by the "kind" it requires,

@@ -49,6 +49,7 @@ from grammar_guard.core.schema.pointers import (
     resolve_pointer,
     under_embedded_resource,
 )
+from grammar_guard.core.schema.property_names import listed_names_pass
 from grammar_guard.core.schema.regex_scan import pattern_problems
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import satisfies, type_set
@@ -350,7 +351,7 @@ class _Analysis:
         ptr = context.pointer
         where = join_pointer(ptr, "propertyNames")
         subschema = node["propertyNames"]
-        if names and not caps.property_names_with_properties:
+        if names and not caps.property_names_with_properties and not listed_names_pass(node):
             self.flag(where, "propertyNames", "not checked against the names in 'properties'")
         if has_patterns and not caps.property_names_with_pattern_properties:
             self.flag(where, "propertyNames", "ignored next to 'patternProperties'")

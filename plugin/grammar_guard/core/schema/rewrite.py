@@ -28,6 +28,9 @@ what they leave unenforced read the rewritten schema:
 - ``uniqueItems`` over items of a few possible values, in arrays whose
   length is bounded, written as the ``enum`` of the arrays it allows
   (:mod:`~grammar_guard.core.schema.unique_items`), after the named values;
+- ``propertyNames`` decided against each listed name: a name it refuses
+  leaves ``properties``, and where no other name may be added it is dropped
+  (:mod:`~grammar_guard.core.schema.property_names`);
 - ``oneOf``, ``not`` and ``if``/``then``/``else`` whose negated parts are
   literals written out as an ``anyOf`` of branches
   (:mod:`~grammar_guard.core.schema.boolean_forms`), after the simplest
@@ -98,6 +101,7 @@ from grammar_guard.core.schema.local_references import references_as_pointers
 from grammar_guard.core.schema.named_values import named_values_decided
 from grammar_guard.core.schema.negation import negation_rewritten
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
+from grammar_guard.core.schema.property_names import property_names_decided
 from grammar_guard.core.schema.unevaluated import KEYWORDS as UNEVALUATED
 from grammar_guard.core.schema.unevaluated import unevaluated_as_adjacent
 from grammar_guard.core.schema.unique_items import unique_arrays_written
@@ -114,7 +118,7 @@ DEFINED_FORMATS = (
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4"
+    "ecma-whitespace-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4,property-names-decided"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -295,6 +299,8 @@ class _Rewrite:
                 result = result if decided is None else decided
                 listed = unique_arrays_written(result) if isinstance(result, dict) else None
                 result = result if listed is None else listed
+                named = property_names_decided(result) if isinstance(result, dict) else None
+                result = result if named is None else named
                 if isinstance(result, dict) and self.branches_allowed:
                     result = self.combinators_written(result, node)
                 if isinstance(result, dict) and self.branches_allowed:
