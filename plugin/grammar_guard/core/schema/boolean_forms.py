@@ -29,7 +29,10 @@ The literals and the complement of each (the values it fails, exactly):
   object past it;
 - a ``pattern`` of one repeated class (``^[A-Fa-f0-9]{24}$``): a string too
   short, too long or holding another character
-  (:mod:`~grammar_guard.core.schema.class_run_complement`).
+  (:mod:`~grammar_guard.core.schema.class_run_complement`); any other
+  pattern whose deterministic automaton is small: the strings it misses,
+  written from that automaton
+  (:mod:`~grammar_guard.core.schema.pattern_complement`).
 
 A schema that is negated must consist of literals, ``not``, ``anyOf``,
 ``allOf``, ``oneOf`` and ``if`` of such schemas, and annotations; anything
@@ -56,6 +59,7 @@ from grammar_guard.core.schema.negation import (
     types_outside,
     values_outside,
 )
+from grammar_guard.core.schema.pattern_complement import automaton_complement
 from grammar_guard.core.schema.vacuity import can_fail
 from grammar_guard.core.schema.values import count_values, is_number, type_names
 from grammar_guard.core.schema.vocabulary import (
@@ -431,7 +435,7 @@ def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] 
         outside = values_outside(named, ALL_TYPES) if isinstance(named, list) and named else None
         return None if outside is None else [(_identity(key, value), False, {key: value}, outside)]
     if key == "pattern" and isinstance(value, str):
-        outside = run_complement(value)
+        outside = run_complement(value) or automaton_complement(value)
         if outside is None:
             return None
         return [(_identity(key, value), False, {key: value}, {"type": "string", key: outside})]

@@ -117,7 +117,7 @@ DEFINED_FORMATS = (
 )  # fmt: skip
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
-    "negation:5,dependencies-any-of:3,combinators-any-of:3,unevaluated-as-adjacent,"
+    "negation:5,dependencies-any-of:3,combinators-any-of:4,unevaluated-as-adjacent,"
     "ecma-whitespace-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4,property-names-decided"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
