@@ -4,17 +4,20 @@
 do not start with ``x-``. Neither engine enforces ``not``, but the strings a
 pattern misses are a regular language too, and a small one has a pattern of
 its own. :mod:`class_run_complement` writes that of one repeated class;
-this writes that of any pattern :mod:`pattern_match` reads whose
-deterministic automaton is small:
+:func:`automaton_complement` that of any pattern :mod:`pattern_match` reads
+whose deterministic automaton is small. It is one case of
+:func:`language_pattern`, which writes any boolean combination of patterns
+(:mod:`pattern_lookaheads` writes lookaheads so):
 
-1. the characters the pattern tells apart are grouped into classes, every
+1. the characters the patterns tell apart are grouped into classes, every
    code point of a class leading to the same states;
-2. the search automaton (:mod:`pattern_search`) is determinised over those
-   classes: a state is the set of states reached and whether the text read
-   so far matches; a set holding the state after a match matches whatever
-   follows, and is one accepting sink;
-3. the deterministic automaton is minimised, its accepting states swapped,
-   and the states from which no accepting one can be reached dropped;
+2. the patterns' search automata (:mod:`pattern_search`) are determinised
+   together over those classes: a state is, per pattern, the set of states
+   reached and whether the text read so far matches; a set holding the
+   state after a match matches whatever follows, and is one sink;
+3. a state is accepting where the combination takes its verdicts; the
+   automaton is minimised, and the states from which no accepting one can
+   be reached are dropped;
 4. the states left are eliminated one by one into a regular expression,
    anchored at both ends (only the final ``$`` is an anchor, as
    :mod:`string_complement` writes them: xgrammar ignores inner ones).
@@ -22,8 +25,8 @@ deterministic automaton is small:
 A class is written as itself or as its negation, whichever lists no control
 character but tab, newline, vertical tab, form feed and carriage return
 (written as escapes) and no DEL; a class that cannot be written either way
-leaves the pattern without a complement here. Surrogates are left out of
-both forms: no engine writes one, and no JSON text it writes holds one.
+leaves the language without a pattern here. Surrogates are left out of both
+forms: no engine writes one, and no JSON text it writes holds one.
 
 Exact for every string without a lone surrogate (property-tested with
 :mod:`pattern_match` as the reader of both). Bounded: the pattern's
@@ -36,6 +39,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+from collections.abc import Callable, Sequence
 
 from grammar_guard.core.schema.pattern_match import automaton
 from grammar_guard.core.schema.pattern_search import (
@@ -55,7 +59,12 @@ _SURROGATES = (0xD800, 0xDFFF)
 # Control characters a class may list, as the escapes both engines read.
 _ESCAPES = {0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r"}
 _CLASS_SPECIAL = frozenset("\\]^-[")
-_SINK = -1  # the set holding the state after a match: every text from there matches
+# One pattern's part of a state: the states reached, and whether the text matches. A set
+# holding the state after a match matches whatever follows: one sink stands for all such.
+_Part = tuple[frozenset[int], bool]
+_SINK_PART: _Part = (frozenset({-1}), True)
+# Whether a string is in the language, from whether it matches each pattern.
+Verdict = Callable[[tuple[bool, ...]], bool]
 
 
 class _TooLarge(Exception):
@@ -65,37 +74,59 @@ class _TooLarge(Exception):
 @functools.lru_cache(maxsize=_REMEMBERED)
 def automaton_complement(pattern: str) -> str | None:
     """A pattern matching exactly the strings ``pattern`` does not; None where none is written."""
-    read = automaton(pattern)
-    if read is None or len(read.states) > MAX_AUTOMATON_STATES:
+    return language_pattern((pattern,), lambda matched: not matched[0])
+
+
+def language_pattern(patterns: Sequence[str], accepts: Verdict) -> str | None:
+    """A pattern of the strings whose matches of ``patterns`` (a verdict each) ``accepts`` takes.
+
+    The complement is ``accepts = not matched[0]``; a lookahead's condition
+    (:mod:`pattern_lookaheads`) another combination. None where a pattern is
+    not read or a bound is passed.
+    """
+    reads = [automaton(pattern) for pattern in patterns]
+    if any(read is None for read in reads):
         return None
-    search = SearchAutomaton(read)
+    searches = [SearchAutomaton(read) for read in reads if read is not None]
+    if sum(len(search.states.states) for search in searches) > MAX_AUTOMATON_STATES:
+        return None
     try:
-        classes = _classes(search)
-        transitions, matching = _determinised(search, classes)
-        transitions, matching = _minimised(transitions, matching)
-        return _written(transitions, [not matches for matches in matching], classes)
+        classes = _classes(searches)
+        transitions, matching = _determinised(searches, classes)
+        transitions, accepting = _minimised(transitions, [accepts(each) for each in matching])
+        return _written(transitions, accepting, classes)
     except _TooLarge:
         return None
 
 
 # --- 1. classes -------------------------------------------------------------------
 
+# Per pattern, the character states that read a class.
+_Signature = tuple[frozenset[int], ...]
 
-def _classes(search: SearchAutomaton) -> list[tuple[Ranges, frozenset[int]]]:
-    """Each class of code points: its ranges, and the character states that read it."""
-    readers = [index for index, state in enumerate(search.states.states) if state.kind == "chars"]
+
+def _classes(searches: list[SearchAutomaton]) -> list[tuple[Ranges, _Signature]]:
+    """Each class of code points: its ranges, and per pattern the character states that read it."""
+    readers = [
+        [index for index, state in enumerate(search.states.states) if state.kind == "chars"]
+        for search in searches
+    ]
     bounds = {0, LAST_CODE_POINT + 1, _SURROGATES[0], _SURROGATES[1] + 1}
-    for state in readers:
-        for low, high in search.reads(state):
-            bounds.update((low, high + 1))
+    for search, states in zip(searches, readers, strict=True):
+        for state in states:
+            for low, high in search.reads(state):
+                bounds.update((low, high + 1))
     edges = sorted(bounds)
     if len(edges) > 4 * MAX_CLASSES:
         raise _TooLarge
-    grouped: dict[frozenset[int], list[tuple[int, int]]] = {}
+    grouped: dict[_Signature, list[tuple[int, int]]] = {}
     for low, next_low in itertools.pairwise(edges):
         if _SURROGATES[0] <= low <= _SURROGATES[1]:
             continue
-        signature = frozenset(state for state in readers if _holds(search.reads(state), low))
+        signature = tuple(
+            frozenset(state for state in states if _holds(search.reads(state), low))
+            for search, states in zip(searches, readers, strict=True)
+        )
         grouped.setdefault(signature, []).append((low, next_low - 1))
     if len(grouped) > MAX_CLASSES:
         raise _TooLarge
@@ -111,43 +142,58 @@ def _holds(ranges: Ranges, code: int) -> bool:
 
 
 def _determinised(
-    search: SearchAutomaton, classes: list[tuple[Ranges, frozenset[int]]]
-) -> tuple[list[list[int]], list[bool]]:
-    """Each state's successor per class, and whether the text read to it matches (state 0 first)."""
-    keys: dict[tuple[frozenset[int], bool], int] = {}
-    transitions: list[list[int]] = []
-    matching: list[bool] = []
-    pending: list[tuple[int, frozenset[int]]] = []
+    searches: list[SearchAutomaton], classes: list[tuple[Ranges, _Signature]]
+) -> tuple[list[list[int]], list[tuple[bool, ...]]]:
+    """Each state's successor per class, and per pattern whether the text read to it matches.
 
-    def state_of(reach: Reach) -> int:
-        sink = search.after in reach.readers
-        key = (frozenset({_SINK}), True) if sink else (reach.readers, reach.matched)
+    A state is, per pattern, the set of states reached (or the sink, once a
+    match is certain) and whether the text matches; state 0 is the start.
+    """
+    keys: dict[tuple[_Part, ...], int] = {}
+    transitions: list[list[int]] = []
+    matching: list[tuple[bool, ...]] = []
+    pending: list[tuple[int, tuple[_Part, ...]]] = []
+
+    def state_of(reaches: list[Reach]) -> int:
+        key = tuple(
+            _SINK_PART if search.after in reach.readers else (reach.readers, reach.matched)
+            for search, reach in zip(searches, reaches, strict=True)
+        )
         if key not in keys:
             if len(keys) >= MAX_STATES:
                 raise _TooLarge
             keys[key] = len(transitions)
             transitions.append([])
-            matching.append(key[1])
-            pending.append((keys[key], key[0]))
+            matching.append(tuple(matched for _, matched in key))
+            pending.append((keys[key], key))
         return keys[key]
 
-    state_of(search.reach([search.before], at_start=True))
+    state_of([search.reach([search.before], at_start=True) for search in searches])
     while pending:
-        index, readers = pending.pop()
-        if readers == frozenset({_SINK}):
-            transitions[index] = [index] * len(classes)
-            continue
-        row = []
-        for _, signature in classes:
-            heads = [
-                target
-                for state in readers
-                if state == search.before or state in signature
-                for target in search.goes_to(state)
-            ]
-            row.append(state_of(search.reach(heads, at_start=False)))
-        transitions[index] = row
+        index, key = pending.pop()
+        transitions[index] = [
+            state_of(
+                [
+                    _stepped(search, part, readers)
+                    for search, part, readers in zip(searches, key, signature, strict=True)
+                ]
+            )
+            for _, signature in classes
+        ]
     return transitions, matching
+
+
+def _stepped(search: SearchAutomaton, part: _Part, readers: frozenset[int]) -> Reach:
+    """Where one pattern's ``part`` of a state goes on a character its ``readers`` read."""
+    if part == _SINK_PART:
+        return Reach(frozenset({search.after}), True)
+    heads = [
+        target
+        for state in part[0]
+        if state == search.before or state in readers
+        for target in search.goes_to(state)
+    ]
+    return search.reach(heads, at_start=False)
 
 
 # --- 3. minimised -------------------------------------------------------------------

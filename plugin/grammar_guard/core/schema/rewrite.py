@@ -46,7 +46,9 @@ what they leave unenforced read the rewritten schema:
   after merging, since merged branches often supply the type;
 - ECMA-262's ``\\s`` and ``\\S`` in a ``pattern`` or a ``patternProperties`` name
   written as the classes they stand for, Unicode spaces included
-  (:mod:`~grammar_guard.core.schema.ecma_whitespace`);
+  (:mod:`~grammar_guard.core.schema.ecma_whitespace`), and lookaheads at the
+  start of one written out as the condition they are
+  (:mod:`~grammar_guard.core.schema.pattern_lookaheads`);
 - an ``if`` without ``then`` or ``else``, and those without an ``if``,
   dropped: they cannot fail, and would keep an ``allOf`` unmerged;
 - a length or count written as a whole float (``"maxItems": 2.0``) written as
@@ -100,6 +102,7 @@ from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.local_references import references_as_pointers
 from grammar_guard.core.schema.named_values import named_values_decided
 from grammar_guard.core.schema.negation import negation_rewritten
+from grammar_guard.core.schema.pattern_lookaheads import lookaheads_written
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
 from grammar_guard.core.schema.property_names import property_names_decided
 from grammar_guard.core.schema.unevaluated import KEYWORDS as UNEVALUATED
@@ -118,7 +121,7 @@ DEFINED_FORMATS = (
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:4,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4,property-names-decided"
+    "ecma-whitespace-written,lookaheads-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4,property-names-decided"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -277,7 +280,7 @@ class _Rewrite:
             children = with_children(
                 node, pointer, lambda child, _, where: self.merge(child, where)
             )
-            result = _patterns_whitespace_written(
+            result = _patterns_written(
                 booleans_written(
                     _counts_as_integers(_format_as_pattern(children)),
                     movable=self.movable(pointer),
@@ -458,22 +461,28 @@ def _format_as_pattern(node: dict[str, Any]) -> dict[str, Any]:
     return {**rewritten, **bound}
 
 
-def _patterns_whitespace_written(node: dict[str, Any], *, keys_movable: bool) -> dict[str, Any]:
-    """``pattern`` and ``patternProperties`` with ECMA-262's ``\\s`` written out.
+def _patterns_written(node: dict[str, Any], *, keys_movable: bool) -> dict[str, Any]:
+    """``pattern`` and ``patternProperties`` with leading lookaheads and ECMA-262's ``\\s``
+    written out.
 
     A ``patternProperties`` key is a pattern too, and also a step of the
     pointers into it: renamed only where nothing refers inside the schema.
     """
     changed: dict[str, Any] = {}
     pattern = node.get("pattern")
-    if isinstance(pattern, str) and (written := whitespace_written_out(pattern)) is not None:
+    if isinstance(pattern, str) and (written := _pattern_written(pattern)) is not None:
         changed["pattern"] = written
     patterns = node.get("patternProperties")
     if keys_movable and isinstance(patterns, dict):
-        renamed = {(whitespace_written_out(key) or key): value for key, value in patterns.items()}
+        renamed = {(_pattern_written(key) or key): value for key, value in patterns.items()}
         if len(renamed) == len(patterns) and renamed.keys() != patterns.keys():
             changed["patternProperties"] = renamed
     return {**node, **changed} if changed else node
+
+
+def _pattern_written(pattern: str) -> str | None:
+    # Lookaheads first: their pattern lists the classes \s stands for itself.
+    return lookaheads_written(pattern) or whitespace_written_out(pattern)
 
 
 def _counts_as_integers(node: dict[str, Any]) -> dict[str, Any]:
