@@ -47,6 +47,7 @@ from grammar_guard.core.schema.pattern_search import (
     Ranges,
     Reach,
     SearchAutomaton,
+    complement,
 )
 from grammar_guard.core.schema.string_complement import ANY
 
@@ -296,7 +297,7 @@ def _class(ranges: list[tuple[int, int]]) -> str:
             merged[-1] = (merged[-1][0], max(high, merged[-1][1]))
         else:
             merged.append((low, high))
-    outside = _without_surrogates(_outside(merged))
+    outside = _without_surrogates(complement(tuple(merged)))
     if not outside:
         return ANY
     listed = _listed(merged)
@@ -308,18 +309,7 @@ def _class(ranges: list[tuple[int, int]]) -> str:
     return f"[{listed}]"
 
 
-def _outside(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    left, low = [], 0
-    for start, end in ranges:
-        if start > low:
-            left.append((low, start - 1))
-        low = end + 1
-    if low <= LAST_CODE_POINT:
-        left.append((low, LAST_CODE_POINT))
-    return left
-
-
-def _without_surrogates(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _without_surrogates(ranges: Ranges) -> list[tuple[int, int]]:
     kept = []
     for low, high in ranges:
         if low < _SURROGATES[0]:
