@@ -41,6 +41,7 @@ import functools
 import itertools
 from collections.abc import Callable, Sequence
 
+from grammar_guard.core.schema.pattern_match import MAX_PATTERN as MAX_PATTERN_READ
 from grammar_guard.core.schema.pattern_match import automaton
 from grammar_guard.core.schema.pattern_search import (
     LAST_CODE_POINT,
@@ -72,9 +73,15 @@ class _TooLarge(Exception):
     """Past one of the bounds: no complement is written."""
 
 
-@functools.lru_cache(maxsize=_REMEMBERED)
 def automaton_complement(pattern: str) -> str | None:
     """A pattern matching exactly the strings ``pattern`` does not; None where none is written."""
+    # A pattern the matcher does not read is not remembered either: a client's
+    # megabyte pattern must not outlive its request in the cache.
+    return None if len(pattern) > MAX_PATTERN_READ else _complement_of(pattern)
+
+
+@functools.lru_cache(maxsize=_REMEMBERED)
+def _complement_of(pattern: str) -> str | None:
     return language_pattern((pattern,), lambda matched: not matched[0])
 
 

@@ -23,16 +23,22 @@ import functools
 from collections.abc import Iterator
 
 from grammar_guard.core.schema.pattern_complement import language_pattern
+from grammar_guard.core.schema.pattern_match import MAX_PATTERN as MAX_PATTERN_READ
 
 _LOOKAHEADS = ("(?=", "(?!")
 _REMEMBERED = 256
 
 
-@functools.lru_cache(maxsize=_REMEMBERED)
 def lookaheads_written(pattern: str) -> str | None:
     """``pattern`` with its leading lookaheads written out; None where it has none read here."""
-    if not pattern.startswith("^"):
+    # Past what the matcher reads there is nothing to write, nor to remember.
+    if not pattern.startswith("^(?") or len(pattern) > MAX_PATTERN_READ:
         return None
+    return _written(pattern)
+
+
+@functools.lru_cache(maxsize=_REMEMBERED)
+def _written(pattern: str) -> str | None:
     position, conditions = 1, []
     while pattern.startswith(_LOOKAHEADS, position):
         end = _group_end(pattern, position)

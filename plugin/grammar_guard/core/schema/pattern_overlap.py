@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from grammar_guard.core.schema.pattern_match import MAX_PATTERN as MAX_PATTERN_READ
 from grammar_guard.core.schema.pattern_match import automaton
 from grammar_guard.core.schema.pattern_search import SearchAutomaton, meet
 
@@ -41,6 +42,8 @@ class Overlap(NamedTuple):
 
 def patterns_overlap(first: str, second: str, max_work: int) -> Overlap:
     """Whether some string holds a match of both patterns, doing ``max_work`` work at most."""
+    if max(len(first), len(second)) > MAX_PATTERN_READ:
+        return Overlap(None, 0)  # not read, and not remembered: it would outlive its request
     key = (first, second)
     known = _answers.get(key)
     if isinstance(known, bool):
