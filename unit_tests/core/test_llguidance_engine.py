@@ -10,7 +10,7 @@ import llguidance
 import pytest
 import torch
 from unit_tests.conftest import COMPACT, DEFAULT, EOS, EOT, VOCAB, small_llguidance_tokenizer
-from unit_tests.llguidance_acceptance import ByteVocabulary, llguidance_accepts
+from unit_tests.llguidance_acceptance import ByteVocabulary, byte_llguidance, llguidance_accepts
 
 from grammar_guard.core import bitmask_fill
 from grammar_guard.core.bitmask_fill import RowFill
@@ -406,6 +406,24 @@ def test_an_alternation_wider_than_a_parser_row_is_refused_before_its_compile(
     assert not matcher.is_error()
     assert not matcher.consume_token(VOCAB.index("w"))
     assert "max is 2000" in matcher.get_error()
+
+
+def test_a_choice_wider_than_a_parser_row_is_served_string_by_string() -> None:
+    """A choice's strings are one lexer terminal, not one rule's alternatives.
+
+    In a rule, llguidance's parser fails past 1,999 of them at the first
+    token (above) and checks them in time that grows with the square of
+    their number; as a terminal 5,000 are served, each string whole and
+    nothing else, an empty one, prefixes and escapes included.
+    """
+    specials = ["", 'quote " and \\', "line\nbreak", "é"]
+    compiled = byte_llguidance().compile(
+        _spec(RequestKind.CHOICE, [f"w{number}" for number in range(5000)] + specials)
+    )
+    for text in ["w0", "w49", "w4999", *specials]:
+        assert llguidance_accepts(compiled, text), text
+    for text in ["w5000", "w", "w00", "w0w1", "quote", "line", "e"]:
+        assert not llguidance_accepts(compiled, text), text
 
 
 def test_a_grammar_past_llguidances_limits_at_its_first_mask_says_so(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from grammar_guard.core.errors import MAX_REASON_CHARS, InvalidGrammarError
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.spec import MAX_CHOICES, CompileOptions, GrammarSpec, RequestKind
 
 COMPACT = CompileOptions(any_whitespace=False)
 DEFAULT = CompileOptions()
@@ -225,6 +225,12 @@ def test_non_object_structural_tag_is_refused(source: Any) -> None:
 @pytest.mark.parametrize("source", [[], "[]", " [ ] "])
 def test_empty_choice_list_is_refused(source: Any) -> None:
     assert "choice" in refused(RequestKind.CHOICE, source)
+
+
+def test_a_choice_longer_than_the_limit_is_refused_saying_so() -> None:
+    assert build(RequestKind.CHOICE, [f"s{number}" for number in range(MAX_CHOICES)])
+    reason = refused(RequestKind.CHOICE, [f"s{number}" for number in range(MAX_CHOICES + 1)])
+    assert f"choice lists {MAX_CHOICES + 1:,} strings, and may list {MAX_CHOICES:,}" in reason
 
 
 @pytest.mark.parametrize(

@@ -55,9 +55,11 @@ _PLAIN_NAME = re.compile(r"#[A-Za-z_][-A-Za-z0-9._]*")
 _ROW_ITEMS = llguidance.LLParserLimits().max_items_in_row
 # Goes into the fingerprint: a grammar stored before one of these rewrites
 # existed (listed_patterns.py, required and branch names listed when closing,
-# closed_objects.py, every $schema dropped) must not be loaded by an engine that applies it.
+# closed_objects.py, every $schema dropped, a choice as one terminal) must not
+# be loaded by an engine that applies it.
 GRAMMAR_REWRITES = (
-    "listed-pattern-properties-folded,required-names-listed,branch-names-listed,read-as-2020-12"
+    "listed-pattern-properties-folded,required-names-listed,branch-names-listed,read-as-2020-12,"
+    "choice-one-terminal"
 )
 
 
@@ -225,6 +227,20 @@ def _lark_or_gbnf(spec: GrammarSpec, lenient: bool) -> str:
     return llguidance.grammar_from(kind, spec.text)
 
 
+def _choice(spec: GrammarSpec) -> str:
+    """The choice's strings as the alternatives of one lexer terminal.
+
+    llguidance's own writing makes them the alternatives of a rule, which
+    its parser checks in time that grows with the square of their number
+    (7.4 s for 100,000 strings, against 0.34 s as a terminal) and holds
+    only 1,999 of in a row at decoding. As one terminal the strings are
+    matched by the lexer alone; the two forms accept the same texts.
+    """
+    choices = json.loads(spec.text)
+    alternatives = " | ".join(json.dumps(choice) for choice in choices)
+    return llguidance.LLMatcher.grammar_from_lark(f"start: CHOICE\nCHOICE: {alternatives}")
+
+
 def _not_supported(spec: GrammarSpec, lenient: bool) -> str:
     raise EngineDoesNotSupport(f"llguidance does not take {spec.kind.value} requests here")
 
@@ -235,7 +251,7 @@ _BUILDERS: dict[RequestKind, Callable[[GrammarSpec, bool], str]] = {
     ),
     RequestKind.JSON_OBJECT: lambda spec, lenient: _json_schema('{"type":"object"}', spec, lenient),
     RequestKind.REGEX: lambda spec, lenient: _regex(spec.text),
-    RequestKind.CHOICE: lambda spec, lenient: llguidance.grammar_from("choice", spec.text),
+    RequestKind.CHOICE: lambda spec, lenient: _choice(spec),
     RequestKind.GRAMMAR: _lark_or_gbnf,
     # Structural tags stay with xgrammar, which implements vLLM's whole format.
     RequestKind.STRUCTURAL_TAG: _not_supported,

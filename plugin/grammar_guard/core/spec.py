@@ -18,6 +18,12 @@ from typing import Any
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.input_limits import check_json_depth, check_json_value, check_text
 
+# The most strings a choice may list. 20,000 compile in a tenth of a second as
+# one llguidance terminal; a megabyte of them (100,000) took seconds of CPU to
+# judge, compile and load in the engine, which the attack test's benign client
+# waited for on a 2-core machine (docs/known-limitations.md).
+MAX_CHOICES = 20_000
+
 
 class RequestKind(enum.Enum):
     JSON_SCHEMA = "json_schema"
@@ -130,5 +136,9 @@ def _canonical_json(
 def _check_choices(choices: Any) -> None:
     if not isinstance(choices, list) or not choices:
         raise InvalidGrammarError("choice must be a non-empty list of strings")
+    if len(choices) > MAX_CHOICES:
+        raise InvalidGrammarError(
+            f"choice lists {len(choices):,} strings, and may list {MAX_CHOICES:,} at most"
+        )
     if not all(isinstance(choice, str) for choice in choices):
         raise InvalidGrammarError("every choice must be a string")

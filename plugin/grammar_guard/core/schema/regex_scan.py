@@ -8,6 +8,7 @@ characters JSON must escape.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -332,8 +333,7 @@ def drops_json_specials(pattern: str) -> bool:
 
 def pattern_problems(pattern: str, support: PatternSupport) -> list[str]:
     """Why an engine with ``support`` would not enforce ``pattern`` (empty: it would)."""
-    scan = _RegexScan(pattern)
-    alternatives = scan.parse()
+    found, inner_anchor = _scanned(pattern)
     supported = {
         "lookaround": support.lookaround,
         "unicode_whitespace": support.unicode_whitespace,
@@ -341,10 +341,22 @@ def pattern_problems(pattern: str, support: PatternSupport) -> list[str]:
         "negated_escape": support.negated_classes_keep_out_escapes,
         "depth": False,
     }
-    problems = [message for kind, message in scan.problems.items() if not supported[kind]]
-    if not support.inner_anchors and _anchor_problems(alternatives, True, True):
+    problems = [message for kind, message in found if not supported[kind]]
+    if not support.inner_anchors and inner_anchor:
         problems.append(
             "an anchor (^ or $) inside the pattern is treated as empty, so strings the "
             "pattern can never match are accepted"
         )
     return problems
+
+
+# Routing asks once per engine about the same pattern: a 400 kB pattern takes
+# a second and a half of Python to scan, so its findings (never its parse,
+# which is tens of megabytes) are kept for the next question. A few entries:
+# a key is the client's pattern, up to the 1 MiB an input may hold.
+@functools.lru_cache(maxsize=8)
+def _scanned(pattern: str) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """The problems a scan of ``pattern`` found, by kind, and whether an anchor is inside it."""
+    scan = _RegexScan(pattern)
+    alternatives = scan.parse()
+    return tuple(scan.problems.items()), _anchor_problems(alternatives, True, True)
