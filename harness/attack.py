@@ -26,7 +26,12 @@ import httpx
 # A hostile request with no answer by then counts as unanswered.
 ANSWER_LIMIT_S = 60.0
 HEALTH_PERIOD_S = 0.25
-BENIGN_ALONE_RUNS = 5
+# The benign client runs alone about as long as the attack lasts (its slowest
+# hostile request takes 5 s), so the two worsts compared are each of a few
+# hundred requests: the worst of five is no baseline for the worst of 200.
+BENIGN_ALONE_S = 5.0
+# How many of the slowest benign requests during the attack the report keeps.
+SLOWEST_KEPT = 5
 BENIGN = {"choice": ["yes", "no"]}
 
 
@@ -95,8 +100,12 @@ class AttackReport:
     hostile: dict[str, Answer] = field(default_factory=dict)
     health_worst_s: float = 0.0
     benign_alone_worst_s: float = 0.0
+    benign_alone_count: int = 0
     benign_worst_s: float = 0.0
     benign_worst_at_s: float = 0.0
+    benign_count: int = 0
+    # (when it was sent, from the attack's start; how long it took), slowest first
+    benign_slowest: list[tuple[float, float]] = field(default_factory=list)
     benign_failures: int = 0
     alive_after: bool = False
 
@@ -105,14 +114,25 @@ class AttackReport:
         """The most a benign request may take during the attack: 3x alone, or 1 s more."""
         return max(3 * self.benign_alone_worst_s, self.benign_alone_worst_s + 1.0)
 
+    def brief(self) -> str:
+        """The summary as one string (a test's failure message keeps a string whole), answers
+        as their status and time only."""
+        answers = {
+            name: [answer.status, round(answer.seconds, 2)] for name, answer in self.hostile.items()
+        }
+        return json.dumps({**self.summary(), "hostile": answers})
+
     def summary(self) -> dict[str, Any]:
         return {
             "hostile": {name: vars(answer) for name, answer in self.hostile.items()},
             "hostile_acceptable": sum(answer.acceptable for answer in self.hostile.values()),
             "health_worst_s": round(self.health_worst_s, 3),
             "benign_alone_worst_s": round(self.benign_alone_worst_s, 3),
+            "benign_alone_count": self.benign_alone_count,
             "benign_worst_s": round(self.benign_worst_s, 3),
             "benign_worst_at_s": round(self.benign_worst_at_s, 3),
+            "benign_count": self.benign_count,
+            "benign_slowest": [(round(at, 3), round(took, 3)) for at, took in self.benign_slowest],
             "benign_failures": self.benign_failures,
             "alive_after": self.alive_after,
         }
@@ -146,11 +166,12 @@ def _benign_once(client: httpx.Client, model: str) -> Answer:
 
 
 class _Watch:
-    """A thread that runs ``probe`` over and over until stopped, keeping the worst time."""
+    """A thread that runs ``probe`` over and over until stopped, keeping the slowest times."""
 
     def __init__(self, probe: Callable[[], Answer], period_s: float) -> None:
-        self.worst_s = 0.0
-        self.worst_at_s = 0.0  # when the worst one started, from the watch's start
+        # (when it started, from the watch's start; how long it took), slowest first
+        self.slowest: list[tuple[float, float]] = []
+        self.count = 0
         self.failures = 0
         self._probe = probe
         self._period_s = period_s
@@ -165,13 +186,23 @@ class _Watch:
         self._stop.set()
         self._thread.join()
 
+    @property
+    def worst_s(self) -> float:
+        return self.slowest[0][1] if self.slowest else 0.0
+
+    @property
+    def worst_at_s(self) -> float:
+        return self.slowest[0][0] if self.slowest else 0.0
+
     def _run(self) -> None:
         started = time.monotonic()
         while not self._stop.is_set():
             sent_at = time.monotonic() - started
             answer = self._probe()
-            if answer.seconds > self.worst_s:
-                self.worst_s, self.worst_at_s = answer.seconds, sent_at
+            self.slowest = sorted(
+                [*self.slowest, (sent_at, answer.seconds)], key=lambda sample: -sample[1]
+            )[:SLOWEST_KEPT]
+            self.count += 1
             self.failures += answer.status != 200
             self._stop.wait(self._period_s)
 
@@ -210,8 +241,9 @@ def _attack(base_url: str, model: str) -> AttackReport:
         httpx.Client(base_url=base_url, timeout=limits) as probe,
     ):
         _benign_once(benign, model)  # its key compiled and cached: the client's steady state
-        alone = [_benign_once(benign, model) for _ in range(BENIGN_ALONE_RUNS)]
-        report.benign_alone_worst_s = max(answer.seconds for answer in alone)
+        with _Watch(lambda: _benign_once(benign, model), 0.0) as alone:
+            threading.Event().wait(BENIGN_ALONE_S)
+        report.benign_alone_worst_s, report.benign_alone_count = alone.worst_s, alone.count
         bodies = {
             hostile.name: _completion(model, hostile.structured_outputs(), hostile.max_tokens)
             for hostile in HOSTILE
@@ -227,7 +259,8 @@ def _attack(base_url: str, model: str) -> AttackReport:
             report.hostile = {name: future.result() for name, future in futures.items()}
         report.health_worst_s = health.worst_s
         report.benign_worst_s, report.benign_worst_at_s = steady.worst_s, steady.worst_at_s
-        report.benign_failures = steady.failures
+        report.benign_count, report.benign_slowest = steady.count, steady.slowest
+        report.benign_failures = steady.failures + alone.failures
         report.alive_after = _health(probe).status == 200
     return report
 

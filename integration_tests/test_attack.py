@@ -2,7 +2,8 @@
 
 The session's ``api_server`` (default plugin settings) gets one request of
 each hostile class at the same moment while a benign client repeats a
-cached ``choice`` request and a probe reads ``/health``. It runs after every
+cached ``choice`` request and a probe reads ``/health``; the benign client's
+worst is held to its worst over as long a time alone, just before. It runs after every
 other test: the hostile compiles it starts may still be running when it
 ends. docs/reliability.md shows the same run against vLLM's own backends
 (``python -m benchmarks.attack``).
@@ -21,7 +22,7 @@ HEALTH_BOUND_S = 1.0
 
 def test_hostile_requests_at_once_hold_up_no_one_else(api_server: ApiServer) -> None:
     report = run_attack(api_server.base_url, api_server.model)
-    summary = report.summary()
+    summary = report.brief()
     assert report.alive_after, summary
     assert set(report.hostile) == {hostile.name for hostile in HOSTILE}
     for name, answer in report.hostile.items():
