@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -146,52 +143,3 @@ def _spec_of(regex: str) -> Any:
 
 def _must_not_parse(*_: Any, **__: Any) -> None:
     raise AssertionError("judged again")
-
-
-# A fresh interpreter, where nothing has imported the validation module yet:
-# a finder sees which thread imports it while a loop serves the first request.
-FIRST_REQUEST = """
-import asyncio, json, sys, threading
-from types import SimpleNamespace
-
-import grammar_guard
-from vllm.config.structured_outputs import StructuredOutputsConfig
-from vllm.sampling_params import SamplingParams, StructuredOutputsParams
-
-from grammar_guard.vllm_adapter.backend_selection import validation_off_loop
-
-FRONTEND = "grammar_guard.vllm_adapter.frontend"
-importers = []
-
-
-class Watch:
-    def find_spec(self, name, path=None, target=None):
-        if name == FRONTEND:
-            importers.append(threading.current_thread() is threading.main_thread())
-        return None
-
-
-grammar_guard.register()
-already = FRONTEND in sys.modules
-sys.meta_path.insert(0, Watch())
-
-
-async def original(self, request_id, prompt, params):
-    return "added"
-
-
-config = StructuredOutputsConfig(backend="grammar-guard", disable_any_whitespace=True)
-engine = SimpleNamespace(vllm_config=SimpleNamespace(structured_outputs_config=config))
-params = SamplingParams(structured_outputs=StructuredOutputsParams(choice=["yes", "no"]))
-added = asyncio.run(validation_off_loop(original)(engine, "first", "prompt", params))
-print(json.dumps({"already": already, "on_loop_thread": importers, "added": added}))
-"""
-
-
-def test_the_first_request_imports_the_validation_module_off_the_event_loop() -> None:
-    run = subprocess.run(
-        [sys.executable, "-c", FIRST_REQUEST], capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    report = json.loads(run.stdout.strip().splitlines()[-1])
-    assert report == {"already": False, "on_loop_thread": [False], "added": "added"}

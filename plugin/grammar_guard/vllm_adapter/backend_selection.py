@@ -24,10 +24,7 @@ vLLM internals, so it is imported only once the release is supported.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from vllm.config import VllmConfig
@@ -116,29 +113,12 @@ def validation_off_loop(original: Callable[..., Any]) -> Callable[..., Any]:
         self: AsyncLLM, request_id: str, prompt: Any, params: Any, *args: Any, **kwargs: Any
     ) -> Any:
         if getattr(params, "structured_outputs", None) is not None:
-            frontend = await _frontend()
-            await frontend.validate_off_loop(params, self.vllm_config)
+            from grammar_guard.vllm_adapter.frontend import validate_off_loop
+
+            await validate_off_loop(params, self.vllm_config)
         return await original(self, request_id, prompt, params, *args, **kwargs)
 
     return add_request
-
-
-_FRONTEND = "grammar_guard.vllm_adapter.frontend"
-_frontend_module: ModuleType | None = None
-
-
-async def _frontend() -> ModuleType:
-    """The validation module, imported on a thread the first time.
-
-    Importing it brings in routing and the schema rewriting: 0.2 s of module
-    code that, on the event loop, held every client and ``/health`` at a
-    fresh server's first structured request. ``import_module`` returns once
-    the module is whole, also when another request's thread is importing it.
-    """
-    global _frontend_module
-    if _frontend_module is None:
-        _frontend_module = await asyncio.to_thread(importlib.import_module, _FRONTEND)
-    return _frontend_module
 
 
 def _grammar_guard_backend(manager: StructuredOutputManager) -> GrammarGuardBackend:
