@@ -18,7 +18,7 @@ from typing import Any
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.input_limits import check_json_depth, check_json_value, check_text
 
-# The most strings a choice may list. 20,000 compile in a tenth of a second as
+# The most strings a choice may list. 20,000 compile in a third of a second as
 # one llguidance terminal; a megabyte of them (100,000) took seconds of CPU to
 # judge, compile and load in the engine, which the attack test's benign client
 # waited for on a 2-core machine (docs/known-limitations.md).
