@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -143,3 +146,32 @@ def _spec_of(regex: str) -> Any:
 
 def _must_not_parse(*_: Any, **__: Any) -> None:
     raise AssertionError("judged again")
+
+
+# A fresh interpreter, where nothing has imported the validation module yet.
+CONFIG_THEN_MODULES = """
+import json, sys
+
+import grammar_guard
+from vllm.config.structured_outputs import StructuredOutputsConfig
+
+FRONTEND = "grammar_guard.vllm_adapter.frontend"
+grammar_guard.register()
+seen = [FRONTEND in sys.modules]
+StructuredOutputsConfig(backend="xgrammar")
+seen.append(FRONTEND in sys.modules)
+StructuredOutputsConfig(backend="grammar-guard")
+seen.append(FRONTEND in sys.modules)
+print(json.dumps(seen))
+"""
+
+
+def test_a_config_selecting_grammar_guard_imports_validation_before_the_first_request() -> None:
+    # Imported on the first request instead, the module would hold the API
+    # server's event loop, and with it every client, while it loads.
+    run = subprocess.run(
+        [sys.executable, "-c", CONFIG_THEN_MODULES], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    before, after_other_backend, after_grammar_guard = json.loads(run.stdout.splitlines()[-1])
+    assert (before, after_other_backend, after_grammar_guard) == (False, False, True)

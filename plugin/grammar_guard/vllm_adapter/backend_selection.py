@@ -92,6 +92,13 @@ def config_validation(
         # A bad GRAMMAR_GUARD_* value stops start-up here, naming the variable,
         # rather than failing the first structured request in the engine.
         Settings.from_env()
+        # The API process validates its config before it serves, so the first
+        # structured request finds the validation module (routing, schema
+        # analysis) imported, not importing on the event loop every client and
+        # /health share. A thread would not do: the request alone would wait
+        # for the import, and its unconstrained twin would not.
+        import grammar_guard.vllm_adapter.frontend  # noqa: F401
+
         return self
 
     return validate
