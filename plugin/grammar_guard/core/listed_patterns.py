@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from grammar_guard.core.repeat_count import repeat_count
-from grammar_guard.core.schema.vocabulary import subschemas
+from grammar_guard.core.schema.vocabulary import every_schema
 
 # ECMA-262's syntax characters: any other character outside a class stands
 # for itself, and these do so only escaped (as does "/").
@@ -197,12 +197,8 @@ def fold_listed_patterns(schema: Any) -> None:
     not ``false`` matches only names ``properties`` lists. One entry that can
     match another name gives the branch a key, and leaves the object alone.
     """
-    pending = [schema]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            _fold(node)
-            pending.extend(child for child, _ in subschemas(node, ""))
+    for node in every_schema(schema):
+        _fold(node)
 
 
 def _fold(node: dict[str, Any]) -> None:

@@ -9,10 +9,11 @@ on that form. The rewrites of llguidance's own make a request mean the same
 whichever engine serves it: objects and tuples closed where xgrammar closes
 them (:mod:`grammar_guard.core.closed_objects`), regex digit and word classes
 read as ASCII, ``patternProperties`` that only name listed properties folded
-(:mod:`grammar_guard.core.listed_patterns`). The JSON-Schema compiler is
-strict: a keyword it does not implement, or a ``format`` it does not know,
-is an error, never a silently dropped constraint; only the warn policy makes
-it lenient.
+(:mod:`grammar_guard.core.listed_patterns`), property counts that say nothing
+more of a closed object decided (:mod:`grammar_guard.core.object_counts`).
+The JSON-Schema compiler is strict: a keyword it does not implement, or a
+``format`` it does not know, is an error, never a silently dropped
+constraint; only the warn policy makes it lenient.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from grammar_guard.core.errors import (
 from grammar_guard.core.grammar_text import grammar_is_lark
 from grammar_guard.core.lark_alternations import widest_rule_alternation
 from grammar_guard.core.listed_patterns import fold_listed_patterns
+from grammar_guard.core.object_counts import decide_object_counts
 from grammar_guard.core.schema.capabilities import PatternSupport
 from grammar_guard.core.schema.children import with_children
 from grammar_guard.core.schema.findings import Finding
@@ -55,11 +57,11 @@ _PLAIN_NAME = re.compile(r"#[A-Za-z_][-A-Za-z0-9._]*")
 _ROW_ITEMS = llguidance.LLParserLimits().max_items_in_row
 # Goes into the fingerprint: a grammar stored before one of these rewrites
 # existed (listed_patterns.py, required and branch names listed when closing,
-# closed_objects.py, every $schema dropped, a choice as one terminal) must not
-# be loaded by an engine that applies it.
+# closed_objects.py, every $schema dropped, a choice as one terminal,
+# object_counts.py) must not be loaded by an engine that applies it.
 GRAMMAR_REWRITES = (
     "listed-pattern-properties-folded,required-names-listed,branch-names-listed,read-as-2020-12,"
-    "choice-one-terminal"
+    "choice-one-terminal,object-counts-decided"
 )
 
 
@@ -158,6 +160,7 @@ def _grammar(spec: GrammarSpec, *, lenient: bool) -> str:
 def _json_schema(schema: str, spec: GrammarSpec, lenient: bool) -> str:
     closed = closed_like_xgrammar(read_as_2020_12(json.loads(schema)))
     fold_listed_patterns(closed)  # after closing: an allOf it adds would leave members open
+    decide_object_counts(closed)  # after closing, which makes more objects closed
     options: dict[str, Any] = {
         "whitespace_flexible": spec.options.any_whitespace,
         "item_separator": ",",

@@ -166,6 +166,20 @@ def subschemas(node: Mapping[str, Any], pointer: str) -> Iterator[tuple[Any, str
             yield value, join_pointer(pointer, keyword)
 
 
+def every_schema(schema: Any) -> Iterator[dict[str, Any]]:
+    """Each object schema in ``schema``, at any depth, ``schema`` itself first.
+
+    A node's subschemas are read once the caller has seen it: a caller may
+    rewrite a node in place, and what it wrote there is walked too.
+    """
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            yield node
+            pending.extend(child for child, _ in subschemas(node, ""))
+
+
 # What an instance's type can be, finer than "type" names: "number" is both.
 TYPE_KINDS: Mapping[str, frozenset[str]] = {
     "null": frozenset({"null"}),
