@@ -60,6 +60,24 @@ CURSOR = {
         {"additionalProperties": False, "properties": {"previous": {"type": "string"}}},
     ],
 }
+# JSON Schema Store's dstack configuration: closed objects, one requiring a name
+# the other does not list.
+RUN = {
+    "oneOf": [
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"commands": {"type": "array"}, "image": {"type": "string"}},
+            "required": ["commands"],
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"commands": {"type": "array"}, "port": {"type": "integer"}},
+            "required": ["commands", "port"],
+        },
+    ]
+}
 # Github_easy o90946: the same through references, a shared name with values of its own.
 SUBJECT = {
     "$defs": {
@@ -175,6 +193,10 @@ INSTANCES: list[Any] = [
     "::1",
     "2001:db8::1",
     "1.2.3",
+    {"commands": []},
+    {"commands": [], "port": 1},
+    {"commands": [], "image": "i", "port": 1},
+    {"port": 1},
 ]
 
 
@@ -191,6 +213,7 @@ INSTANCES: list[Any] = [
         (BANDS, {}),
         (SIZE, {}),
         (ADDRESS, {"type": "string"}),
+        (RUN, {}),
     ],
     ids=[
         "discriminated-by-the-node",
@@ -203,6 +226,7 @@ INSTANCES: list[Any] = [
         "bounds-apart",
         "named-value-outside",
         "patterns-apart-by-automata",
+        "closed-lacking-a-required-name",
     ],
 )
 def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
@@ -227,6 +251,21 @@ def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
         {
             "type": "object",
             "oneOf": [{"properties": {"next": LINK}}, {"properties": {"previous": LINK}}],
+        },
+        # Closed, but each lists the names the other requires: {"a": 1, "b": 1} passes both.
+        {
+            "oneOf": [
+                {
+                    "additionalProperties": False,
+                    "properties": {"a": {}, "b": {}},
+                    "required": ["a"],
+                },
+                {
+                    "additionalProperties": False,
+                    "properties": {"a": {}, "b": {}},
+                    "required": ["b"],
+                },
+            ]
         },
         # A shared name whose values may agree.
         {
@@ -256,6 +295,7 @@ def test_exclusive_branches_become_an_any_of_with_what_the_one_of_implied(
     ids=[
         "no-type-left",
         "open-objects",
+        "closed-listing-what-the-other-requires",
         "shared-name-overlapping",
         "a-pattern",
         "unanchored",
@@ -279,6 +319,8 @@ def test_branches_not_proved_exclusive_stay_a_one_of(schema: dict[str, Any]) -> 
         (CURSOR, '{"previous":"p"}', '{"next":"n","previous":"p"}'),
         (SUBJECT, '{"kind":"first","first":true}', "{}"),
         (TRIANGLE, '{"shape":"square"}', '{"shape":"triangle"}'),
+        (RUN, '{"commands":[]}', '{"port":1}'),
+        (RUN, '{"commands":[],"port":1}', '{"commands":[],"image":"i","port":1}'),
         (HREF, '"./model.glb"', '"model.glb"'),
         (API_KEY, '"123e4567-e89b-12d3-a456-426614174000"', "12"),
         (SENDERS, '{"from":[1]}', '{"from":[1,2]}'),

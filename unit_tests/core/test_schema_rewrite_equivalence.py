@@ -626,7 +626,7 @@ _KINDS = ("a", "b", "c", 1)
 @st.composite
 def discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
     """A oneOf of branches giving "kind" values of their own, often overlapping or unrequired,
-    some closed, some untyped (constraining objects only)."""
+    some closed, some untyped (constraining objects only), some requiring "n"."""
     branches: list[Any] = []
     for values in draw(st.lists(st.lists(st.sampled_from(_KINDS), min_size=1, max_size=2,
                                          unique=True), min_size=1, max_size=3)):  # fmt: skip
@@ -635,6 +635,8 @@ def discriminated_one_ofs(draw: st.DrawFn) -> dict[str, Any]:
             branch["required"] = ["kind"]
         if draw(st.booleans()):
             branch["properties"]["n"] = {"type": draw(st.sampled_from(("integer", "string")))}
+        if draw(st.integers(0, 3)) == 0:  # a closed branch not listing "n" excludes this one
+            branch["required"] = [*branch.get("required", []), "n"]
         if draw(st.integers(0, 3)) == 0:
             branch["type"] = draw(st.sampled_from(("object", "array")))
         if draw(st.integers(0, 2)) == 0:  # closed: two may share the empty object only

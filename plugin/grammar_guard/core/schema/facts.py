@@ -1,5 +1,5 @@
 """What the schemas of one document validate at most: their types, their
-values and the properties an object must have."""
+values and the properties an object must have, or may have at most."""
 
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ class SchemaFacts:
         self._values: dict[int, frozenset[Any] | None] = {}
         self._required: dict[int, dict[str, frozenset[Any]]] = {}
         self._names: dict[int, frozenset[str]] = {}
+        self._allowed: dict[int, frozenset[str] | None] = {}
         self._property_values: dict[int, dict[str, frozenset[Any]]] = {}
         self._patterns: dict[int, tuple[str, ...]] = {}
         self._property_schemas: dict[int, dict[str, tuple[Any, ...]]] = {}
@@ -260,6 +261,33 @@ class SchemaFacts:
                 names |= self.required_names(branch)
         return names
 
+    def allowed_names(self, schema: Any) -> frozenset[str] | None:
+        """Names an object valid against ``schema`` may have, at most; None: any name."""
+        if not isinstance(schema, dict):
+            return None
+        return self._memoised(self._allowed, schema, None, self._compute_allowed_names)
+
+    def _compute_allowed_names(self, schema: dict[str, Any]) -> frozenset[str] | None:
+        allowed = None
+        properties = schema.get("properties", {})
+        if (
+            schema.get("additionalProperties") is False
+            and "patternProperties" not in schema
+            and isinstance(properties, dict)
+        ):
+            allowed = frozenset(name for name, item in properties.items() if item is not False)
+        for part in self._parts(schema):
+            # Each part holds: a name must be allowed by every one that closes.
+            names = self.allowed_names(part)
+            if names is not None:
+                allowed = names if allowed is None else allowed & names
+        return allowed
+
+    def _forbids_required(self, closed: Any, other: Any) -> bool:
+        """Whether ``closed`` allows no object with every name ``other`` requires."""
+        allowed = self.allowed_names(closed)
+        return allowed is not None and not self.required_names(other) <= allowed
+
     def exclusive(self, left: Any, right: Any, *, levels: int = 2) -> bool:
         """Whether no value is valid against both (a sufficient test, not an exact one).
 
@@ -288,6 +316,9 @@ class SchemaFacts:
             ):
                 return True
         if left_types <= {"object"} or right_types <= {"object"}:
+            # A closed object cannot hold a name the other side requires.
+            if self._forbids_required(left, right) or self._forbids_required(right, left):
+                return True
             left_props, right_props = self.required_values(left), self.required_values(right)
             for name in left_props.keys() & right_props.keys():
                 if not left_props[name] & right_props[name]:
