@@ -102,9 +102,12 @@ def post(base_url: str, case: Case, model: str) -> tuple[Reply, float]:
 
     A fresh connection per case: after some server errors Starlette closes
     the connection, which must not be mistaken for the next case's answer.
+    The client reads no proxy settings from the environment: the good
+    stream's threads would read ``os.environ`` while pytest rewrites
+    ``PYTEST_CURRENT_TEST`` in it, and a key gone mid-read is a ``KeyError``.
     """
     started = time.monotonic()
-    with httpx.Client(base_url=base_url, timeout=REQUEST_BOUND_S) as client:
+    with httpx.Client(base_url=base_url, timeout=REQUEST_BOUND_S, trust_env=False) as client:
         response = client.post(
             case.endpoint,
             content=case.body(model),
