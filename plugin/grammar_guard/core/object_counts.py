@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grammar_guard.core.schema.vocabulary import every_schema
+from grammar_guard.core.schema.vocabulary import closed_object_names, every_schema
 
 
 def decide_object_counts(schema: Any) -> None:
@@ -42,7 +42,7 @@ def _decide(node: dict[str, Any]) -> None:
     least = _count(node.get("minProperties"))
     if least is not None and least <= len(required_names):
         del node["minProperties"]
-    listed = _names_of_closed(node)
+    listed = closed_object_names(node)
     if listed is None:
         return
     most = _count(node.get("maxProperties"))
@@ -55,14 +55,6 @@ def _decide(node: dict[str, Any]) -> None:
             *required_names,
             *(name for name in listed if name not in required_names),
         ]
-
-
-def _names_of_closed(node: dict[str, Any]) -> list[str] | None:
-    """The names a closed object may hold, as ``properties`` lists them; None if it is open."""
-    listed = node.get("properties", {})
-    if node.get("additionalProperties") is not False or "patternProperties" in node:
-        return None
-    return list(listed) if isinstance(listed, dict) else None
 
 
 def _count(value: Any) -> int | None:

@@ -19,7 +19,7 @@ from grammar_guard.core.schema.values import (
     json_type,
     type_set,
 )
-from grammar_guard.core.schema.vocabulary import JSON_TYPES
+from grammar_guard.core.schema.vocabulary import JSON_TYPES, closed_object_names
 
 _Fact = TypeVar("_Fact")
 # Patterns compared per schema: each pair is read, so their number is bounded.
@@ -269,13 +269,10 @@ class SchemaFacts:
 
     def _compute_allowed_names(self, schema: dict[str, Any]) -> frozenset[str] | None:
         allowed = None
-        properties = schema.get("properties", {})
-        if (
-            schema.get("additionalProperties") is False
-            and "patternProperties" not in schema
-            and isinstance(properties, dict)
-        ):
-            allowed = frozenset(name for name, item in properties.items() if item is not False)
+        listed = closed_object_names(schema)
+        if listed is not None:
+            # A name whose schema is false cannot be present either.
+            allowed = frozenset(name for name in listed if schema["properties"][name] is not False)
         for part in self._parts(schema):
             # Each part holds: a name must be allowed by every one that closes.
             names = self.allowed_names(part)

@@ -166,6 +166,17 @@ def subschemas(node: Mapping[str, Any], pointer: str) -> Iterator[tuple[Any, str
             yield value, join_pointer(pointer, keyword)
 
 
+def closed_object_names(node: Mapping[str, Any]) -> list[str] | None:
+    """The names ``properties`` lists, where ``node`` allows no other; None: it may have others.
+
+    Closed means ``additionalProperties: false`` with no ``patternProperties``.
+    """
+    listed = node.get("properties", {})
+    if node.get("additionalProperties") is not False or "patternProperties" in node:
+        return None
+    return list(listed) if isinstance(listed, dict) else None
+
+
 def every_schema(schema: Any) -> Iterator[dict[str, Any]]:
     """Each object schema in ``schema``, at any depth, ``schema`` itself first.
 
