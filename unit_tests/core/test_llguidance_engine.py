@@ -540,6 +540,35 @@ def test_a_negated_class_that_names_a_quote_or_backslash_is_refused() -> None:
         assert LLGuidanceEngine.check(_spec(RequestKind.JSON_SCHEMA, {"pattern": pattern})) == ()
 
 
+def test_a_pattern_matching_every_control_character_without_the_escapes_is_refused() -> None:
+    # llguidance 1.7.6 lets a quote and a backslash through where a pattern
+    # takes all of U+0000-U+001F but not them, as if it took every escape;
+    # one control character fewer and it does not. Once this calibration
+    # fails, llguidance keeps them out and the finding can go.
+    lenient = LLGuidanceEngine(
+        llguidance.LLTokenizer(ByteVocabulary()), unenforced=UnenforcedPolicy.WARN
+    )
+    leaking = [
+        ("^[\\u0000-\\u001f]$", '"\\""'),
+        ("^a[\\u0000-\\u001fb]*$", '"a\\\\"'),
+        ("^(?:[\\u0000-\\u000f]|[\\u0010-\\u001f])$", '"\\""'),
+        ("[\\x00-\\x1F]", '"\\""'),
+    ]
+    for pattern, text in leaking:
+        spec = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": pattern})
+        assert llguidance_accepts(lenient.compile(spec), text), pattern
+        with pytest.raises(UnenforcedKeywordError, match="'pattern' at /pattern"):
+            LLGuidanceEngine.check(spec)
+    # One control character short, or with the quote and the backslash taken
+    # as well (".", a negated class), nothing leaks, and the pattern is served.
+    for pattern, text in [("^[\\u0001-\\u001f]$", '"\\""'), ("^[\\u0000-\\u001e]$", '"\\\\"')]:
+        spec = _spec(RequestKind.JSON_SCHEMA, {"type": "string", "pattern": pattern})
+        assert LLGuidanceEngine.check(spec) == ()
+        assert not llguidance_accepts(lenient.compile(spec), text), pattern
+    for pattern in ("^(?:.|\\s)*$", "^[^a]*$", "^[\\u0000-\\uffff]*$", "^[\\w\\s]*$"):
+        assert LLGuidanceEngine.check(_spec(RequestKind.JSON_SCHEMA, {"pattern": pattern})) == ()
+
+
 @pytest.mark.parametrize(
     ("schema", "text"),
     [

@@ -207,13 +207,16 @@ _INEXACT_FORMATS = {
 # escapes, and it refuses lookarounds and inner anchors itself; but its \s
 # is Rust's, which leaves out U+FEFF, so \S lets the BOM through, and a
 # negated class of characters (``[^\\]``, ``[^"a]``) lets the quote and the
-# backslash it names through all the same (1.7.6; ``[^\W]`` is right).
+# backslash it names through all the same (1.7.6; ``[^\W]`` is right), and so
+# does a pattern matching all of U+0000-U+001F where it names neither of them
+# (``[\u0000-\u001f]`` accepts ``"\""``; ``[\u0001-\u001f]`` does not).
 _PATTERNS = PatternSupport(
     lookaround=True,
     inner_anchors=True,
     unicode_whitespace=False,
     escapes_json_specials=True,
     negated_classes_keep_out_escapes=False,
+    every_control_keeps_out_escapes=False,
 )
 
 

@@ -43,6 +43,10 @@ class PatternSupport:
     # Whether a negated class that names a quote or a backslash (``[^"\\]``)
     # keeps them out of the string, as it says.
     negated_classes_keep_out_escapes: bool = True
+    # Whether a pattern that matches every control character (U+0000-U+001F)
+    # where it matches no quote or backslash (``[\\u0000-\\u001f]``) keeps
+    # those two out, as it says.
+    every_control_keeps_out_escapes: bool = True
 
 
 @dataclass(frozen=True)

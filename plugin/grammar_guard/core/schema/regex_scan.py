@@ -9,6 +9,7 @@ characters JSON must escape.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -24,6 +25,70 @@ _CLASS_ESCAPES = frozenset("dDwWsS")
 _BOUNDS = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
 _GROUP_NAME = re.compile(r"\?<[^>()|]*>")
 _CODE_POINT = re.compile(r"\{([0-9A-Fa-f]{1,8})\}")
+# U+0000-U+001F as bits: which control characters a pattern can match.
+_ALL_CONTROLS = (1 << 0x20) - 1
+_SPACE_CONTROLS = sum(1 << code for code in range(0x09, 0x0E))  # \t \n \v \f \r
+_DOT_CONTROLS = _ALL_CONTROLS & ~(1 << 0x0A) & ~(1 << 0x0D)  # "." is not a line end
+# Unicode properties whose characters include the control characters.
+_CONTROL_PROPERTIES = frozenset({"C", "Cc", "Other", "Control"})
+# Unicode properties whose characters include the quote and the backslash (Po).
+_PUNCTUATION_PROPERTIES = frozenset({"P", "Po", "Punctuation", "Other_Punctuation"})
+
+
+@dataclass(frozen=True)
+class _Chars:
+    """Of what one class or character of a pattern matches, the part JSON escapes."""
+
+    controls: int = 0  # bit n: U+00nn
+    quote: bool = False
+    backslash: bool = False
+
+    def __or__(self, other: _Chars) -> _Chars:
+        return _Chars(
+            self.controls | other.controls,
+            self.quote or other.quote,
+            self.backslash or other.backslash,
+        )
+
+    def complement(self) -> _Chars:
+        return _Chars(_ALL_CONTROLS & ~self.controls, not self.quote, not self.backslash)
+
+
+def _code_chars(code: int) -> _Chars:
+    return _Chars(1 << code if code < 0x20 else 0, code == 0x22, code == 0x5C)
+
+
+def _range_chars(low: int, high: int) -> _Chars:
+    controls = 0
+    if low < 0x20:
+        top = min(high, 0x1F)
+        controls = ((1 << (top + 1)) - 1) & ~((1 << low) - 1)
+    return _Chars(controls, low <= 0x22 <= high, low <= 0x5C <= high)
+
+
+_ESCAPE_CHARS = {
+    "d": _Chars(),
+    "w": _Chars(),
+    "s": _Chars(_SPACE_CONTROLS),
+    "D": _Chars(_ALL_CONTROLS, True, True),
+    "W": _Chars(_ALL_CONTROLS, True, True),
+    "S": _Chars(_ALL_CONTROLS & ~_SPACE_CONTROLS, True, True),
+}
+
+
+def _property_chars(negated: bool, name: str) -> _Chars:
+    """What ``\\p{name}`` (``\\P`` when ``negated``) matches of what JSON escapes, roughly.
+
+    Rough towards more control characters and no quote: the reading only
+    decides whether a pattern is refused on an engine, never what it accepts.
+    """
+    value = name.rpartition("=")[2]
+    if not negated:
+        return _Chars(_ALL_CONTROLS if value in _CONTROL_PROPERTIES else 0)
+    if value in _CONTROL_PROPERTIES:
+        return _Chars(0, True, True)
+    punctuation = value in _PUNCTUATION_PROPERTIES
+    return _Chars(_ALL_CONTROLS, not punctuation, not punctuation)
 
 
 @dataclass
@@ -50,6 +115,16 @@ class _RegexScan:
         # A class listing characters JSON escapes beside plain ones: enforced,
         # but an engine matching raw JSON text drops those members.
         self.drops_specials = False
+        # The control characters matched by the parts of the pattern that leave
+        # out the quote or the backslash. Where the characters one place takes
+        # are all of U+0000-U+001F and not both of those, an engine may let the
+        # two through; such a place is made of these parts alone, so once they
+        # hold every control character, some place may (a sound overestimate).
+        self.controls_without_escapes = 0
+
+    def matches(self, chars: _Chars) -> None:
+        if not (chars.quote and chars.backslash):
+            self.controls_without_escapes |= chars.controls
 
     def note(self, kind: str, message: str) -> None:
         self.problems.setdefault(kind, message)
@@ -60,6 +135,12 @@ class _RegexScan:
             self.pos += 1
             alternatives[-1].append(_Node("atom"))
             alternatives[-1].extend(self.sequence())
+        if self.controls_without_escapes == _ALL_CONTROLS:
+            self.note(
+                "every_control",
+                "it matches every control character (U+0000-U+001F) where it does not match "
+                "a quote or a backslash, and the engine then lets their escapes through too",
+            )
         return alternatives
 
     def alternation(self) -> list[list[_Node]]:
@@ -107,14 +188,22 @@ class _RegexScan:
         if char == "(":
             return self.group()
         if char == "[":
-            self.char_class()
+            self.matches(self.char_class())
             return _Node("atom")
         if char == "\\":
-            self.escape(in_class=False)
+            if self.text.startswith(("\\b", "\\B"), self.pos):  # a word boundary
+                self.pos += 2
+                return _Node("atom")
+            read = self.escape(in_class=False)
+            self.matches(read if isinstance(read, _Chars) else _code_chars(read))
             return _Node("atom")
         self.pos += 1
-        if char != "." and ord(char) in _JSON_SPECIAL:
-            self.note_special(char)
+        if char == ".":
+            self.matches(_Chars(_DOT_CONTROLS, True, True))
+        else:
+            self.matches(_code_chars(ord(char)))
+            if ord(char) in _JSON_SPECIAL:
+                self.note_special(char)
         return _Node("atom")
 
     def group(self) -> _Node:
@@ -145,27 +234,28 @@ class _RegexScan:
             self.pos += 1
         return _Node(kind, alternatives=alternatives)
 
-    def escape(self, *, in_class: bool) -> tuple[str, int | None]:
-        """Read an escape; returns ("char", code point) or ("class", None)."""
+    def escape(self, *, in_class: bool) -> int | _Chars:
+        """Read an escape: the code point it writes, or what its class matches."""
         text = self.text
         self.pos += 1
         if self.pos >= len(text):
-            return "char", 0x5C
+            return 0x5C
         char = text[self.pos]
         self.pos += 1
         if char in _CLASS_ESCAPES:
             if char == "S" and not in_class:
                 self.note_unicode_whitespace("\\S")
-            return "class", None
+            return _ESCAPE_CHARS[char]
         if char in ("p", "P") and self.pos < len(text) and text[self.pos] == "{":
             end = text.find("}", self.pos)
-            self.pos = end + 1 if end != -1 else len(text)
-            return "class", None
-        code: int | None
+            name_end = end if end != -1 else len(text)
+            name = text[self.pos + 1 : name_end]
+            self.pos = name_end + 1
+            return _property_chars(char == "P", name)
         if char in _SIMPLE_ESCAPES and not (char == "0" and self.peek_digit()):
             code = _SIMPLE_ESCAPES[char]
         elif char == "b":
-            code = 0x08 if in_class else None  # outside a class: a word boundary
+            code = 0x08  # in a class; outside one, term() reads a word boundary
         elif char == "c" and self.pos < len(text) and text[self.pos].isalpha():
             code = ord(text[self.pos]) % 32
             self.pos += 1
@@ -180,35 +270,44 @@ class _RegexScan:
             self.pos += 4
         else:
             code = ord(char)  # an identity escape: the character itself
-        if code is not None and code in _JSON_SPECIAL and not in_class:
+        if code in _JSON_SPECIAL and not in_class:
             self.note_special(chr(code))
-        return "char", code
+        return code
 
     def peek_digit(self) -> bool:
         return self.pos < len(self.text) and self.text[self.pos].isdigit()
 
-    def char_class(self) -> None:
+    def char_class(self) -> _Chars:
+        """Read a class; returns what it matches of the characters JSON escapes."""
         text = self.text
         self.pos += 1
         negated = self.pos < len(text) and text[self.pos] == "^"
         if negated:
             self.pos += 1
-        members: list[tuple[int, int] | None] = []  # code-point ranges; None: a class escape
+        members: list[tuple[int, int] | _Chars] = []  # code-point ranges and class escapes
         while self.pos < len(text) and text[self.pos] != "]":
             low = self.class_atom(negated)
             if (
-                low is not None
+                isinstance(low, int)
                 and self.pos + 1 < len(text)
                 and text[self.pos] == "-"
                 and text[self.pos + 1] != "]"
             ):
                 self.pos += 1
                 high = self.class_atom(negated)
-                members.append((low, high) if high is not None else None)
+                if isinstance(high, int):
+                    members.append((low, high))
+                else:  # "[a-\\d]": "a", "-" and the class
+                    members.extend(((low, low), (0x2D, 0x2D), high))
             else:
-                members.append((low, low) if low is not None else None)
+                members.append((low, low) if isinstance(low, int) else low)
         if self.pos < len(text):
             self.pos += 1  # the closing "]"
+        named = functools.reduce(
+            operator.or_,
+            (member if isinstance(member, _Chars) else _range_chars(*member) for member in members),
+            _Chars(),
+        )
         if negated:
             if any(_holds_quote_or_backslash(member) for member in members):
                 self.note(
@@ -216,12 +315,12 @@ class _RegexScan:
                     "a negated class that leaves out a quote or a backslash lets them "
                     "through (the engine writes their JSON escapes whatever the class says)",
                 )
-            return
+            return named.complement()
         # A class with at least one member JSON writes unescaped is matched
         # against those members only; one made of specials only is not
         # (measured: "[\\t ]" never yields a raw tab, "[\\t]" does).
         if not any(_holds_special(member) for member in members):
-            return
+            return named
         if any(_has_plain_char(member) for member in members):
             self.drops_specials = True
         else:
@@ -230,17 +329,17 @@ class _RegexScan:
                 "it matches characters JSON must escape (a quote, a backslash or a "
                 "control character), which the engine would write unescaped",
             )
+        return named
 
-    def class_atom(self, negated: bool) -> int | None:
+    def class_atom(self, negated: bool) -> int | _Chars:
         text = self.text
         if text[self.pos] == "\\":
-            kind, code = self.escape(in_class=True)
-            if kind == "class":
+            read = self.escape(in_class=True)
+            if isinstance(read, _Chars):
                 escape = text[self.pos - 1]
                 if (escape == "s" and negated) or (escape == "S" and not negated):
                     self.note_unicode_whitespace("[^\\s]" if negated else "[\\S]")
-                return None
-            return code
+            return read
         self.pos += 1
         return ord(text[self.pos - 1])
 
@@ -267,22 +366,22 @@ def _describe_char(char: str) -> str:
     return f"the control character U+{ord(char):04X}"
 
 
-def _has_plain_char(member: tuple[int, int] | None) -> bool:
-    if member is None:
+def _has_plain_char(member: tuple[int, int] | _Chars) -> bool:
+    if isinstance(member, _Chars):
         return True  # \\d, \\w, \\s and their negations all hold plain characters
     low, high = member
     # Only 34 code points are special, so a longer range always has a plain one.
     return any(code not in _JSON_SPECIAL for code in range(low, min(high, low + 40) + 1))
 
 
-def _holds_special(member: tuple[int, int] | None) -> bool:
-    if member is None:
+def _holds_special(member: tuple[int, int] | _Chars) -> bool:
+    if isinstance(member, _Chars):
         return False  # \d and \w hold none; \s is written out as its members first
     return member[0] < 0x20 or _holds_quote_or_backslash(member)
 
 
-def _holds_quote_or_backslash(member: tuple[int, int] | None) -> bool:
-    if member is None:
+def _holds_quote_or_backslash(member: tuple[int, int] | _Chars) -> bool:
+    if isinstance(member, _Chars):
         return False  # measured: [^\W] and [^\D] keep both out
     low, high = member
     return low <= 0x22 <= high or low <= 0x5C <= high
@@ -339,6 +438,7 @@ def pattern_problems(pattern: str, support: PatternSupport) -> list[str]:
         "unicode_whitespace": support.unicode_whitespace,
         "json_special": support.escapes_json_specials,
         "negated_escape": support.negated_classes_keep_out_escapes,
+        "every_control": support.every_control_keeps_out_escapes,
         "depth": False,
     }
     problems = [message for kind, message in found if not supported[kind]]
