@@ -583,7 +583,11 @@ def test_make_compiler_follows_the_isolation_setting(small: SmallTokenizer) -> N
     assert isinstance(thread, InThreadCompiler)
     process = make_compiler(
         small.engine,
-        Settings(compile_isolation=CompileIsolation.PROCESS, compile_workers=1),
+        Settings(
+            compile_isolation=CompileIsolation.PROCESS,
+            compile_workers=1,
+            compile_niceness=NICENESS,
+        ),
     )
     try:
         assert isinstance(process, ProcessCompiler)
