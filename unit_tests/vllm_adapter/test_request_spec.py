@@ -135,6 +135,20 @@ def test_disable_any_whitespace_means_compact() -> None:
     assert compile_options(StructuredOutputsConfig(backend="xgrammar")) == DEFAULT
 
 
+def test_open_objects_are_read_from_the_environment_for_every_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = StructuredOutputsConfig(backend="grammar-guard", disable_any_whitespace=True)
+    monkeypatch.setenv("GRAMMAR_GUARD_OBJECTS", "open")
+    options = compile_options(config)
+    assert options == CompileOptions(any_whitespace=False, open_objects=True)
+    # A key of its own: a grammar compiled closed is never served open.
+    opened = spec_from_params(StructuredOutputsParams(json=SCHEMA), options)
+    assert opened != spec_from_params(StructuredOutputsParams(json=SCHEMA), COMPACT)
+    monkeypatch.delenv("GRAMMAR_GUARD_OBJECTS")
+    assert compile_options(config) == COMPACT
+
+
 def test_compact_config_reaches_json_specs_only() -> None:
     options = compile_options(
         StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)

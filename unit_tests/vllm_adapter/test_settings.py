@@ -18,9 +18,11 @@ from grammar_guard.core.settings import (
     MAX_SECONDS,
     MIB,
     CompileIsolation,
+    ObjectsPolicy,
     Settings,
     SettingsError,
     UnenforcedPolicy,
+    objects_policy_from_env,
     unenforced_policy_from_env,
 )
 
@@ -265,6 +267,30 @@ def test_a_bad_unenforced_policy_names_the_variable(value: str) -> None:
 def test_a_bad_unenforced_policy_stops_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRAMMAR_GUARD_UNENFORCED", "sometimes")
     with pytest.raises(ValueError, match="GRAMMAR_GUARD_UNENFORCED"):
+        StructuredOutputsConfig(backend="grammar-guard")
+
+
+# --- which properties and items objects and tuples take ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "policy"),
+    [
+        ({}, ObjectsPolicy.CLOSED),
+        ({"GRAMMAR_GUARD_OBJECTS": "closed"}, ObjectsPolicy.CLOSED),
+        ({"GRAMMAR_GUARD_OBJECTS": " Open "}, ObjectsPolicy.OPEN),
+    ],
+)
+def test_the_objects_policy_is_read_closed_by_default(
+    environ: dict[str, str], policy: ObjectsPolicy
+) -> None:
+    assert Settings.from_env(environ).objects is policy
+    assert objects_policy_from_env(environ) is policy
+
+
+def test_a_bad_objects_policy_stops_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAMMAR_GUARD_OBJECTS", "strict")
+    with pytest.raises(ValueError, match=r"GRAMMAR_GUARD_OBJECTS.*closed, open"):
         StructuredOutputsConfig(backend="grammar-guard")
 
 

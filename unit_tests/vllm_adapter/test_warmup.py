@@ -81,6 +81,11 @@ def test_options_in_a_line_override_the_engine_s() -> None:
     line = f'{{"kind": "json_schema", "grammar": {SCHEMA}, "options": {{"any_whitespace": true}}}}'
     (spec,) = parse_warmup([line], COMPACT, source="w").specs
     assert spec.options == CompileOptions(any_whitespace=True)
+    # What the line does not name stays the engine's: an open-objects server
+    # warms open keys, or it would never hit them.
+    opened = CompileOptions(any_whitespace=False, open_objects=True)
+    (spec,) = parse_warmup([line], opened, source="w").specs
+    assert spec.options == CompileOptions(any_whitespace=True, open_objects=True)
 
 
 def test_an_unreadable_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:

@@ -13,7 +13,13 @@ from grammar_guard.cli.inputs import FILE_KINDS, KIND_BY_EXTENSION
 from grammar_guard.cli.model import ModelArgs, ModelLoadError, load_engine
 from grammar_guard.cli.session import Session, settings_with
 from grammar_guard.core.engine import GrammarEngine
-from grammar_guard.core.settings import ENV_PREFIX, Settings, SettingsError
+from grammar_guard.core.settings import (
+    ENV_PREFIX,
+    ObjectsPolicy,
+    Settings,
+    SettingsError,
+    objects_policy_from_env,
+)
 from grammar_guard.core.spec import CompileOptions, RequestKind
 
 # Warming is done ahead of serving, so a slow grammar gets time the server
@@ -97,7 +103,11 @@ def _engine(args: argparse.Namespace, settings: Settings) -> GrammarEngine:
 
 
 def _options(args: argparse.Namespace) -> CompileOptions:
-    return CompileOptions(any_whitespace=not args.disable_any_whitespace)
+    # As a server with the same environment builds its keys.
+    return CompileOptions(
+        any_whitespace=not args.disable_any_whitespace,
+        open_objects=objects_policy_from_env() is ObjectsPolicy.OPEN,
+    )
 
 
 def _kind(args: argparse.Namespace) -> RequestKind | None:

@@ -109,7 +109,9 @@ def _loosened_constraints(spec: GrammarSpec) -> tuple[Finding, ...]:
     if spec.kind is not RequestKind.JSON_SCHEMA:
         return ()
     found: list[Finding] = []
-    pending: list[tuple[Any, str]] = [(json.loads(rewritten_schema_text(spec.text)), "")]
+    pending: list[tuple[Any, str]] = [
+        (json.loads(rewritten_schema_text(spec.text, spec.options.open_objects)), "")
+    ]
     while pending:
         node, pointer = pending.pop()
         if not isinstance(node, dict):
@@ -253,7 +255,7 @@ def _not_supported(spec: GrammarSpec, lenient: bool) -> str:
 
 _BUILDERS: dict[RequestKind, Callable[[GrammarSpec, bool], str]] = {
     RequestKind.JSON_SCHEMA: lambda spec, lenient: _json_schema(
-        rewritten_schema_text(spec.text), spec, lenient
+        rewritten_schema_text(spec.text, spec.options.open_objects), spec, lenient
     ),
     RequestKind.JSON_OBJECT: lambda spec, lenient: _json_schema('{"type":"object"}', spec, lenient),
     RequestKind.REGEX: lambda spec, lenient: _regex(spec.text),

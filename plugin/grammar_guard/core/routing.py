@@ -194,7 +194,7 @@ def _as_compiled(spec: GrammarSpec) -> GrammarSpec:
     """
     if spec.kind is not RequestKind.JSON_SCHEMA:
         return spec
-    return replace(spec, text=rewritten_schema_text(spec.text))
+    return replace(spec, text=rewritten_schema_text(spec.text, spec.options.open_objects))
 
 
 def _clearest(refusals: dict[EngineName, InvalidGrammarError]) -> InvalidGrammarError:

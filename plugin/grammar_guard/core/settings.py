@@ -80,6 +80,16 @@ class EngineSelection(enum.Enum):
 ENGINE_VARIABLE = ENV_PREFIX + "ENGINE"
 
 
+class ObjectsPolicy(enum.Enum):
+    """Which properties an object takes, and which items a tuple (see docs/routing.md)."""
+
+    CLOSED = "closed"  # only those its schema lists, as xgrammar's strict mode
+    OPEN = "open"  # also those its schema does not forbid, as JSON Schema says
+
+
+OBJECTS_VARIABLE = ENV_PREFIX + "OBJECTS"
+
+
 def unenforced_policy_from_env(environ: Mapping[str, str] | None = None) -> UnenforcedPolicy:
     """``GRAMMAR_GUARD_UNENFORCED``, default ``refuse``; a bad value raises SettingsError."""
     environ = os.environ if environ is None else environ
@@ -90,6 +100,12 @@ def engine_selection_from_env(environ: Mapping[str, str] | None = None) -> Engin
     """``GRAMMAR_GUARD_ENGINE``, default ``auto``; a bad value raises SettingsError."""
     environ = os.environ if environ is None else environ
     return _read_choice(environ, ENGINE_VARIABLE, EngineSelection.AUTO)
+
+
+def objects_policy_from_env(environ: Mapping[str, str] | None = None) -> ObjectsPolicy:
+    """``GRAMMAR_GUARD_OBJECTS``, default ``closed``; a bad value raises SettingsError."""
+    environ = os.environ if environ is None else environ
+    return _read_choice(environ, OBJECTS_VARIABLE, ObjectsPolicy.CLOSED)
 
 
 E = TypeVar("E", bound=enum.Enum)
@@ -180,6 +196,7 @@ KNOWN_VARIABLES = frozenset(
         "WARMUP",
         "UNENFORCED",
         "ENGINE",
+        "OBJECTS",
         "UPGRADE_AFTER",
         "VALIDATION_BUDGET_S",
         *_READ_ELSEWHERE,
@@ -273,6 +290,7 @@ class Settings:
     warmup_file: Path | None = None
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
     engine: EngineSelection = EngineSelection.AUTO
+    objects: ObjectsPolicy = ObjectsPolicy.CLOSED
     # The request of a key (counting the first) that starts its background
     # compile on the faster-masking engine; 0: never (docs/routing.md).
     upgrade_after: int = DEFAULT_UPGRADE_AFTER
@@ -336,6 +354,7 @@ class Settings:
             warmup_file=_read_path(environ, "WARMUP", folder=False),
             unenforced=unenforced_policy_from_env(environ),
             engine=engine_selection_from_env(environ),
+            objects=objects_policy_from_env(environ),
             upgrade_after=count("UPGRADE_AFTER", defaults.upgrade_after, 0),
             validation_budget_s=seconds("VALIDATION_BUDGET_S", defaults.validation_budget_s, 0.001),
         )

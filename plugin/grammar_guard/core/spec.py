@@ -53,6 +53,10 @@ class CompileOptions:
     # False: compact JSON only (no whitespace between tokens), which keeps a
     # weak model from padding its output with whitespace until max_tokens.
     any_whitespace: bool = True
+    # True: an object or tuple takes the properties or items its schema does
+    # not list, where the schema does not forbid them, as JSON Schema says;
+    # False: only those it lists, as xgrammar's strict mode (docs/routing.md).
+    open_objects: bool = False
 
 
 _NEUTRAL_OPTIONS = CompileOptions()

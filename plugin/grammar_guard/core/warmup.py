@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def _options(entry: dict[str, Any], default: CompileOptions) -> CompileOptions:
     any_whitespace = given.get("any_whitespace", default.any_whitespace)
     if not isinstance(any_whitespace, bool):
         raise ValueError("'any_whitespace' must be true or false")
-    return CompileOptions(any_whitespace=any_whitespace)
+    return replace(default, any_whitespace=any_whitespace)
 
 
 @dataclass(frozen=True)

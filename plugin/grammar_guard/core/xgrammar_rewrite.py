@@ -28,6 +28,7 @@ from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.schema.capabilities import EngineCapabilities
 from grammar_guard.core.schema.children import with_children
 from grammar_guard.core.schema.findings import Finding, as_written
+from grammar_guard.core.schema.open_objects import objects_opened, true_keywords_added
 from grammar_guard.core.schema.pointers import join_pointer
 from grammar_guard.core.schema.rewrite import rewrite_schema, rewritten_schema_text
 from grammar_guard.core.settings import UnenforcedPolicy
@@ -98,12 +99,15 @@ def parse_enforced(
 def _enforced_text(spec: GrammarSpec) -> str:
     """The text xgrammar is given for ``spec``: its JSON schemas rewritten, the rest as sent."""
     if spec.kind is RequestKind.JSON_SCHEMA:
-        return _xgrammar_forms_text(rewritten_schema_text(spec.text))
+        return _xgrammar_forms_text(rewritten_schema_text(spec.text, spec.options.open_objects))
     if spec.kind is RequestKind.STRUCTURAL_TAG:
         tag = json.loads(spec.text)
         changed = False
         for _, holder, key, _ in _tag_schemas(tag):
-            rewritten = xgrammar_forms(rewrite_schema(holder[key]))
+            schema = rewrite_schema(holder[key])
+            if spec.options.open_objects:
+                schema = objects_opened(schema)
+            rewritten = xgrammar_forms(schema)
             changed = changed or rewritten is not holder[key]
             holder[key] = rewritten
         return json.dumps(tag, separators=(",", ":"), ensure_ascii=False) if changed else spec.text
@@ -167,21 +171,16 @@ def arrays_opened(schema: Any) -> Any:
     a document that reads ``unevaluatedItems``: ``items`` evaluates the
     items, which would leave that keyword nothing to say.
     """
-    if not isinstance(schema, dict) or "unevaluatedItems" in json.dumps(schema):
-        return schema
-    return _opened(schema)
+    return true_keywords_added(schema, _items_unsaid, read_by=("unevaluatedItems",))
 
 
-def _opened(node: Any) -> Any:
-    if not isinstance(node, dict):
-        return node
-    node = with_children(node, "", lambda child, _, __: _opened(child))
+def _items_unsaid(node: dict[str, Any]) -> tuple[str, ...]:
     if "items" in node or "prefixItems" in node:
-        return node
+        return ()
     # Not for minContains or maxContains alone, which say nothing without a
     # contains: next to "items", xgrammar would read minContains as a count.
     asks_for_items = "contains" in node or node.get("minItems", 0) != 0
-    return {**node, "items": True} if asks_for_items else node
+    return ("items",) if asks_for_items else ()
 
 
 def unenforced_findings(kind: RequestKind, text: str) -> tuple[Finding, ...]:

@@ -102,6 +102,7 @@ from grammar_guard.core.schema.formats import format_max_length, format_pattern
 from grammar_guard.core.schema.local_references import references_as_pointers
 from grammar_guard.core.schema.named_values import named_values_decided
 from grammar_guard.core.schema.negation import negation_rewritten
+from grammar_guard.core.schema.open_objects import objects_opened
 from grammar_guard.core.schema.pattern_lookaheads import lookaheads_written
 from grammar_guard.core.schema.pointers import MISSING, join_pointer, resolve_pointer
 from grammar_guard.core.schema.property_names import property_names_decided
@@ -121,7 +122,7 @@ DEFINED_FORMATS = (
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:4,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,lookaheads-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4,property-names-decided"
+    "ecma-whitespace-written,lookaheads-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4,property-names-decided,objects-opened-on-request"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
@@ -183,14 +184,20 @@ def rewrite_schema(document: Any, *, narrow: bool = False) -> Any:
 
 
 @functools.lru_cache(maxsize=_REMEMBERED_TEXTS)
-def rewritten_schema_text(text: str) -> str:
+def rewritten_schema_text(text: str, open_objects: bool = False) -> str:
     """:func:`rewrite_schema` of the schema ``text`` as compact JSON; ``text`` if unchanged.
 
+    With ``open_objects`` (``GRAMMAR_GUARD_OBJECTS=open``), the objects and
+    tuples the rewritten schema leaves open are said to be
+    (:func:`~grammar_guard.core.schema.open_objects.objects_opened`), after
+    every other step: those read the schema the client wrote.
     Remembered per text: routing checks a key on both engines, then one of
     them compiles it, and each reads the rewritten schema.
     """
     document = json.loads(text)
     rewritten = rewrite_schema(document)
+    if open_objects:
+        rewritten = objects_opened(rewritten)
     if rewritten is document:
         return text
     return json.dumps(rewritten, separators=(",", ":"), ensure_ascii=False)
