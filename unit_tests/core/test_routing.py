@@ -46,6 +46,12 @@ BOUNDED_ANY_ARRAY = {"type": "array", "maxItems": 3}  # xgrammar admits only []
 SEARCHED_PATTERN = {"type": "string", "pattern": "^ab"}  # xgrammar matches it whole
 # ECMA-262's \s, written out as a class: xgrammar keeps only the members JSON writes plain.
 WHITESPACE = {"type": "string", "pattern": "^\\s$"}
+# Listed names JSON writes escaped, next to other names of another type.
+ESCAPED_NAMES = {
+    "type": "object",
+    "properties": {"a\nb": {"type": "number"}, 'a"b': {"type": "number"}},
+    "additionalProperties": {"type": "string"},
+}
 TAG = {"structures": [{"begin": "<a>", "schema": PLAIN, "end": "</a>"}], "triggers": ["<a>"]}
 
 
@@ -207,6 +213,10 @@ def _accepts(routed: RoutedEngine, spec: GrammarSpec, text: str) -> bool:
         (WHITESPACE, '" "', True),
         (WHITESPACE, '"\t"', False),  # raw, which JSON forbids
         (WHITESPACE, '"a"', False),
+        # xgrammar would take the escaped names as additional properties, strings.
+        (ESCAPED_NAMES, '{"a\\nb":1,"a\\"b":2,"c":"x"}', True),
+        (ESCAPED_NAMES, '{"a\\nb":"1"}', False),
+        (ESCAPED_NAMES, '{"a\\"b":"1"}', False),
     ],
 )
 def test_the_routed_engine_enforces_through_whichever_engine_it_chose(

@@ -327,6 +327,15 @@ CASES: list[tuple[str, Any, set[tuple[str, str]]]] = [
         set(),
     ),
     (
+        "names JSON escapes next to additional",
+        {
+            "type": "object",
+            "properties": {"a\nb": {"type": "number"}, 'a"b': {}, "a/b": {}},
+            "additionalProperties": {"type": "string"},
+        },
+        {("properties: a\nb", "/properties/a\nb"), ('properties: a"b', '/properties/a"b')},
+    ),
+    (
         "pointer escaping",
         {"type": "object", "properties": {"a/b~c": {"type": "string", "format": "date"}}},
         {("format: date", "/properties/a~1b~0c/format")},
@@ -757,6 +766,15 @@ GAPS: list[tuple[str, Any, str]] = [
         "non-ASCII names and additional",
         {"type": "object", "properties": {"ü": {"type": "integer"}}, "additionalProperties": True},
         '{"ü":"x"}',
+    ),
+    (
+        "names JSON escapes and additional",
+        {
+            "type": "object",
+            "properties": {"a\nb": {"type": "number"}, 'a"b': {"type": "number"}},
+            "additionalProperties": {"type": "string"},
+        },
+        '{"a\\nb":"1","a\\"b":"1"}',
     ),
 ]
 

@@ -107,7 +107,8 @@ class EngineCapabilities:
     # unevaluatedProperties, patternProperties or propertyNames let more in
     # (xgrammar's strict mode). Used to prove oneOf branches exclusive.
     closed_objects: bool = False
-    # Whether a listed property whose name is not ASCII is kept out of the
-    # additionalProperties path (xgrammar excludes listed names byte by byte,
-    # which lets "ü" through as an additional property).
+    # Whether a listed property whose name is not ASCII, or holds a character
+    # JSON escapes, is kept out of the additionalProperties path (xgrammar
+    # excludes listed names by their text, which lets "ü" and "a\\nb" through
+    # as additional properties).
     non_ascii_names_with_additional: bool = True
