@@ -10,8 +10,8 @@ the schema the engines compile says ``"additionalProperties": true`` and
 schema's own opening as JSON Schema means it: xgrammar's strict mode and
 the closing written for llguidance only close what a schema left unsaid.
 The analysis then reads the opening too, so a construct an engine gets
-wrong only in an open object (a listed name that is not ASCII, on
-xgrammar) is found where it matters.
+wrong only in an open object (on xgrammar, a listed name that is not ASCII
+or holds a character JSON escapes) is found where it matters.
 
 ``true`` there constrains nothing: the schema accepts the same values. But
 it evaluates every property or item, and ``unevaluatedProperties`` or
