@@ -99,6 +99,26 @@ def test_server_setting_makes_json_compact(
     assert grammar.validate_tokens(_tokens(tokenizer, '{ "ok"')) == _tokens(tokenizer, "{")
 
 
+def test_the_open_objects_setting_lets_other_names_through(
+    backend: GrammarGuardBackend,
+    tokenizer: PreTrainedTokenizerFast,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with_other_name = _tokens(tokenizer, '{"ok":true,"note":"x"}')
+    closed = backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
+    assert closed.validate_tokens(with_other_name) != with_other_name
+    # The setting is read once, when vLLM builds the backend in each process.
+    monkeypatch.setenv("GRAMMAR_GUARD_OBJECTS", "open")
+    opened_backend = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    try:
+        opened = opened_backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
+        assert opened.validate_tokens(with_other_name) == with_other_name
+        wrong_type = _tokens(tokenizer, '{"ok":1}')
+        assert opened.validate_tokens(wrong_type) != wrong_type
+    finally:
+        opened_backend.destroy()
+
+
 def test_speculative_drafts_can_be_rolled_back(
     backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
 ) -> None:
