@@ -24,10 +24,9 @@ case ${1:-cpu} in
 esac
 STAMP=$VENV/.grammar-guard-setup
 
-# A wheel cut off mid-download fails pip's hash check even after pip's own
-# resumes (a 286 MB triton did, and CI stopped in its first minute); a fresh
-# try of the same command downloads it whole again. Arguments: the pip to run,
-# then its install arguments.
+# A wheel cut off mid-download can fail pip's hash check even after pip's own
+# resumes; a fresh try of the same command downloads it whole again.
+# Arguments: the pip to run, then its install arguments.
 pip_install() {
     local pip=$1 attempt
     shift
