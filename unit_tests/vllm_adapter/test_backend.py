@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -265,6 +266,25 @@ def test_an_invalid_request_gets_a_failed_future_not_an_exception(
     assert isinstance(error, InvalidGrammarError)
     # What the engine core writes into the request's output, for its client.
     assert decode(FAILURES.take("bad")) == (FailureClass.INVALID, error.reason)
+
+
+def test_a_refusal_is_logged_with_the_client_s_text_escaped(
+    backend: GrammarGuardBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logged: list[str] = []
+    monkeypatch.setattr(
+        backend_module.logger, "warning", lambda message, *args: logged.append(message % args)
+    )
+    forged = "x\nERROR grammar-guard: forged line"
+    fraction = {"type": "number", "not": {"type": "integer"}}  # a `not` no engine enforces
+    refused = {"type": "object", "properties": {forged: fraction}}
+    request = _request("forged", json=json.dumps(refused))
+    backend.admit_request(request, block=False)
+    assert isinstance(request.structured_output_request.grammar, InvalidGrammarError)
+    [line] = logged
+    assert line.isprintable()  # the client's newline starts no log line of its own
+    assert "x\\nERROR grammar-guard: forged line" in line
+    FAILURES.take("forged")
 
 
 def test_a_fresh_backend_s_first_quick_request_is_ready_when_admitted(

@@ -24,10 +24,11 @@ from grammar_guard.core.bitmask import allocate_bitmask
 from grammar_guard.core.compile_service import CompileService
 from grammar_guard.core.engine import CompiledGrammar, TokenMatcher
 from grammar_guard.core.engine_factory import build_engine
-from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.errors import MAX_REASON_CHARS, InvalidGrammarError
 from grammar_guard.core.failures import FailureClass
 from grammar_guard.core.guarded_matcher import GuardedMatcher
 from grammar_guard.core.inline_wait import InlineWaitBudget
+from grammar_guard.core.input_limits import quoted_excerpt
 from grammar_guard.core.metrics import CacheMetrics
 from grammar_guard.core.process_compile import make_compiler
 from grammar_guard.core.settings import Settings
@@ -49,8 +50,14 @@ GrammarOrPending = StructuredOutputGrammar | Future[StructuredOutputGrammar]
 
 def _report_refusal(request_id: str | None, error: BaseException) -> None:
     # vLLM ends the request with finish_reason "error"; the reason reaches
-    # the client through FAILURES, and the operator through the log.
-    logger.warning("grammar-guard: request %s gets no grammar: %s", request_id, error)
+    # the client through FAILURES, and the operator through the log. A reason
+    # can hold the client's text (a property name, an engine's echo of a
+    # pattern), so the log gets it escaped: its newlines start no log line.
+    logger.warning(
+        "grammar-guard: request %s gets no grammar: %s",
+        request_id,
+        quoted_excerpt(str(error), MAX_REASON_CHARS),
+    )
     if request_id is not None:
         FAILURES.record_error(request_id, error)
 
