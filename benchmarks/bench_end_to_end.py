@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from grammar_guard.demo.cases import TAGS_SCHEMA
+from scoped_env import CLOSED_OBJECTS
 from step_breakdown import clocks_on, parts_ms
 from step_breakdown import table as breakdown_table
 from vocabulary import kept_out_of_strings
@@ -106,11 +107,19 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, str]]] = {
     GUIDANCE: (GUIDANCE, {}),
     GRAMMAR_GUARD: (
         "grammar-guard",
-        {"GRAMMAR_GUARD_ENGINE": "auto", "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S},
+        {
+            "GRAMMAR_GUARD_ENGINE": "auto",
+            "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S,
+            **CLOSED_OBJECTS,
+        },
     ),
     GRAMMAR_GUARD_XGRAMMAR: (
         "grammar-guard",
-        {"GRAMMAR_GUARD_ENGINE": "xgrammar", "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S},
+        {
+            "GRAMMAR_GUARD_ENGINE": "xgrammar",
+            "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S,
+            **CLOSED_OBJECTS,
+        },
     ),
 }
 # The same engine behind both: their token ids must match, short of a kept-out

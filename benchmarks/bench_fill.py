@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from scoped_env import scoped_environment
+from scoped_env import CLOSED_OBJECTS, scoped_environment
 from vocabulary import as_bitmask_row, deepseek_tokenizer, kept_out_of_strings
 
 BATCH_SIZES = (1, 8, 32, 128)
@@ -161,7 +161,11 @@ def _grammar_guard(tokenizer: Any, engine: str, drafts: int = 0) -> Any:
 
     # Compiles in threads: this measures fills, and worker processes would
     # only add their start-up to the run.
-    settings = {"GRAMMAR_GUARD_ENGINE": engine, "GRAMMAR_GUARD_COMPILE_ISOLATION": "thread"}
+    settings = {
+        "GRAMMAR_GUARD_ENGINE": engine,
+        "GRAMMAR_GUARD_COMPILE_ISOLATION": "thread",
+        **CLOSED_OBJECTS,
+    }
     with scoped_environment(settings):
         return GrammarGuardBackend(
             _backend_config(BACKEND_NAME, drafts), tokenizer=tokenizer, vocab_size=VOCAB_SIZE

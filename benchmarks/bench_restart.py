@@ -46,7 +46,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from scoped_env import scoped_environment
+from scoped_env import CLOSED_OBJECTS, scoped_environment
 
 RESULT = "RESULT "
 # Long enough for the slowest compile on a loaded 2-core machine: this
@@ -195,7 +195,11 @@ def _restart(
     kind: str, schema: dict[str, Any], folder: Path, duration_s: float, upgrade_wait_s: float
 ) -> dict[str, Any]:
     """Start a fresh engine process of ``kind`` and measure it on ``schema``."""
-    env = {**os.environ, "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S)}
+    env = {
+        **os.environ,
+        "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S),
+        **CLOSED_OBJECTS,
+    }
     env.pop("GRAMMAR_GUARD_CACHE_DIR", None)
     if kind == "grammar-guard, cache folder":
         env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder)

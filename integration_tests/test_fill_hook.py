@@ -17,15 +17,18 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.engine
 
+# Closed, so that a finished output holds exactly the required names.
 SIMPLE_SCHEMA = {
     "type": "object",
     "properties": {"color": {"enum": ["red", "green", "blue"]}, "n": {"type": "integer"}},
     "required": ["color", "n"],
+    "additionalProperties": False,
 }
 LONG_TEXT_SCHEMA = {
     "type": "object",
     "properties": {"text": {"type": "string", "maxLength": 300}},
     "required": ["text"],
+    "additionalProperties": False,
 }
 # Seven simple requests and one that stays inside a long bounded string.
 SCHEMAS = [SIMPLE_SCHEMA] * 7 + [LONG_TEXT_SCHEMA]

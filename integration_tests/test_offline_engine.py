@@ -97,7 +97,12 @@ def test_output_cut_by_max_tokens_is_a_valid_prefix(llm: LLM) -> None:
 def test_whitespace_variants_of_a_schema_share_one_compiled_grammar(llm: LLM) -> None:
     import json
 
-    schema = {"type": "object", "properties": {"k": {"enum": ["p", "q"]}}, "required": ["k"]}
+    schema = {
+        "type": "object",
+        "properties": {"k": {"enum": ["p", "q"]}},
+        "required": ["k"],
+        "additionalProperties": False,  # closed: the random model finishes within max_tokens
+    }
     spaced = json.dumps(schema, indent=4)
     compact = json.dumps(schema, separators=(",", ":"))
     backend = _backend(llm)

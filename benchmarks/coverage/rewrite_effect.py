@@ -66,9 +66,11 @@ class Refusals:
 
 def check_refusals(data_dir: Path, refs: Sequence[CaseRef], *, whitespace: bool) -> list[Refusals]:
     """Each schema's refusals, without the rewrite and with it, in the order of ``refs``."""
+    from grammar_guard.core.settings import objects_open
     from grammar_guard.core.spec import CompileOptions
 
-    options = CompileOptions(any_whitespace=whitespace)
+    # The server's keys: open objects unless GRAMMAR_GUARD_OBJECTS closes them.
+    options = CompileOptions(any_whitespace=whitespace, open_objects=objects_open(False))
     rewritten: list[frozenset[str]] = []
     changed: list[int] = []  # where the rewrite changed the schema
     for index, ref in enumerate(refs):

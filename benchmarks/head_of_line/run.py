@@ -10,7 +10,7 @@ from benchmarks.head_of_line.calibration import Calibration, calibrate
 from benchmarks.head_of_line.samples import BLOCKS, LOADED, Results, Sample
 from benchmarks.head_of_line.stream import run_block, served
 from benchmarks.head_of_line.workload import Workload
-from benchmarks.scoped_env import scoped_environment
+from benchmarks.scoped_env import CLOSED_OBJECTS, scoped_environment
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -21,8 +21,11 @@ BACKENDS = ("xgrammar", "guidance", "grammar-guard", "grammar-guard-xgrammar")
 # Configurations of one vLLM backend, by the name they are reported under:
 # the backend, and the settings its engine starts with.
 _CONFIGURATIONS: dict[str, tuple[str, dict[str, str]]] = {
-    "grammar-guard": ("grammar-guard", {"GRAMMAR_GUARD_ENGINE": "auto"}),
-    "grammar-guard-xgrammar": ("grammar-guard", {"GRAMMAR_GUARD_ENGINE": "xgrammar"}),
+    "grammar-guard": ("grammar-guard", {"GRAMMAR_GUARD_ENGINE": "auto", **CLOSED_OBJECTS}),
+    "grammar-guard-xgrammar": (
+        "grammar-guard",
+        {"GRAMMAR_GUARD_ENGINE": "xgrammar", **CLOSED_OBJECTS},
+    ),
 }
 
 

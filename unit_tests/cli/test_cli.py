@@ -103,7 +103,7 @@ def test_an_unknown_extension_asks_for_kind_and_kind_overrides_it(
     assert status == 0 and report[0]["kind"] == "regex"
 
 
-def test_compact_json_is_checked_as_the_server_would_compile_it(
+def test_the_server_s_json_flags_are_checked_as_the_server_would_compile_them(
     files: dict[str, Path],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -117,7 +117,11 @@ def test_compact_json_is_checked_as_the_server_would_compile_it(
 
     monkeypatch.setattr(XGrammarEngine, "compile", recording)
     _run(capsys, "check", "--model", "m", "--disable-any-whitespace", files["schema.json"])
-    assert [spec.options.any_whitespace for spec in compiled] == [False]
+    closing = ("--disable-any-whitespace", "--disable-additional-properties")
+    _run(capsys, "check", "--model", "m", *closing, files["schema.json"])
+    # Objects open unless closed, as in a server (GRAMMAR_GUARD_OBJECTS unset).
+    options = [(spec.options.any_whitespace, spec.options.open_objects) for spec in compiled]
+    assert options == [(False, True), (False, False)]
 
 
 @pytest.mark.parametrize(("policy", "verdict"), [("refuse", "invalid"), ("warn", "ok")])

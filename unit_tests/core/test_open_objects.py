@@ -1,4 +1,4 @@
-"""GRAMMAR_GUARD_OBJECTS=open: objects and tuples as open as their schema leaves them.
+"""Open objects (the server's default): objects and tuples as open as their schema leaves them.
 
 The opening is checked three ways: what it writes, that the schema the
 engines compile accepts exactly what the client's schema accepts (jsonschema,

@@ -50,7 +50,9 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
 
 
-def _vllm_config(num_speculative_tokens: int | None = None) -> Any:
+def _vllm_config(
+    num_speculative_tokens: int | None = None, *, disable_additional_properties: bool = False
+) -> Any:
     speculative = (
         None
         if num_speculative_tokens is None
@@ -58,7 +60,9 @@ def _vllm_config(num_speculative_tokens: int | None = None) -> Any:
     )
     return SimpleNamespace(
         structured_outputs_config=StructuredOutputsConfig(
-            backend="grammar-guard", disable_any_whitespace=True
+            backend="grammar-guard",
+            disable_any_whitespace=True,
+            disable_additional_properties=disable_additional_properties,
         ),
         speculative_config=speculative,
     )
@@ -100,24 +104,33 @@ def test_server_setting_makes_json_compact(
     assert grammar.validate_tokens(_tokens(tokenizer, '{ "ok"')) == _tokens(tokenizer, "{")
 
 
-def test_the_open_objects_setting_lets_other_names_through(
-    backend: GrammarGuardBackend,
-    tokenizer: PreTrainedTokenizerFast,
-    monkeypatch: pytest.MonkeyPatch,
+def test_objects_take_other_names_as_json_schema_says(
+    backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
 ) -> None:
+    grammar = backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
     with_other_name = _tokens(tokenizer, '{"ok":true,"note":"x"}')
-    closed = backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
-    assert closed.validate_tokens(with_other_name) != with_other_name
-    # The setting is read once, when vLLM builds the backend in each process.
-    monkeypatch.setenv("GRAMMAR_GUARD_OBJECTS", "open")
-    opened_backend = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
+    assert grammar.validate_tokens(with_other_name) == with_other_name
+    wrong_type = _tokens(tokenizer, '{"ok":1}')
+    assert grammar.validate_tokens(wrong_type) != wrong_type
+
+
+@pytest.mark.parametrize("closed_by", ["vllm_flag", "setting"])
+def test_vllm_s_flag_or_the_setting_closes_objects(
+    closed_by: str, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both are read once, when vLLM builds the backend in each process.
+    if closed_by == "setting":
+        monkeypatch.setenv("GRAMMAR_GUARD_OBJECTS", "closed")
+    config = _vllm_config(disable_additional_properties=closed_by == "vllm_flag")
+    closed_backend = GrammarGuardBackend(config, tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
     try:
-        opened = opened_backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
-        assert opened.validate_tokens(with_other_name) == with_other_name
-        wrong_type = _tokens(tokenizer, '{"ok":1}')
-        assert opened.validate_tokens(wrong_type) != wrong_type
+        grammar = closed_backend.compile_grammar(StructuredOutputOptions.JSON, SCHEMA_COMPACT)
+        with_other_name = _tokens(tokenizer, '{"ok":true,"note":"x"}')
+        assert grammar.validate_tokens(with_other_name) != with_other_name
+        listed_only = _tokens(tokenizer, '{"ok":true}')
+        assert grammar.validate_tokens(listed_only) == listed_only
     finally:
-        opened_backend.destroy()
+        closed_backend.destroy()
 
 
 def test_speculative_drafts_can_be_rolled_back(
@@ -365,9 +378,11 @@ def test_a_new_backend_on_the_same_cache_folder_loads_instead_of_compiling(
 def test_a_reused_bounded_string_key_is_tried_on_xgrammar_in_a_compile_worker(
     backend: GrammarGuardBackend, tokenizer: PreTrainedTokenizerFast
 ) -> None:
+    # Closed: in compact JSON xgrammar cannot take an open object, and would not be tried.
     schema = (
         '{"type":"object","properties":{"sku":{"type":"string","maxLength":8},'
-        '"note":{"type":"string","maxLength":24}},"required":["sku","note"]}'
+        '"note":{"type":"string","maxLength":24}},"required":["sku","note"],'
+        '"additionalProperties":false}'
     )
     written = _tokens(tokenizer, '{"sku":"ab-12","note":"fresh stock, blue"}')
     first = backend.compile_grammar(StructuredOutputOptions.JSON, schema)

@@ -230,11 +230,15 @@ def test_warn_mode_logs_the_client_s_text_escaped_and_cut(monkeypatch: pytest.Mo
     forged = "x\r\nERROR grammar-guard: forged line\u2028" + "y" * 10_000
     fraction = {"type": "number", "not": {"type": "integer"}}
     _validate(GUARD, json={"type": "object", "properties": {forged: fraction}})
-    [line] = recorder.warnings
-    assert line.isprintable()  # no line break, carriage return or escape of the client's
-    assert "'/properties/x\\r\\nERROR grammar-guard: forged line\\u2028yyy" in line
-    pointer = f"/properties/{forged}/not"
-    assert f"({len(pointer)} characters)" in line and len(line) < 4 * EXCERPT_CHARS
+    # One line for the `not`, one for the name, which xgrammar would also
+    # take as another name of the open object: each holds the client's text.
+    assert len(recorder.warnings) == 2
+    for line in recorder.warnings:
+        assert line.isprintable()  # no line break, carriage return or escape of the client's
+        assert "'/properties/x\\r\\nERROR grammar-guard: forged line\\u2028yyy" in line
+        assert len(line) < 4 * EXCERPT_CHARS
+    [not_line] = [line for line in recorder.warnings if "keyword 'not'" in line]
+    assert f"({len(f'/properties/{forged}/not')} characters)" in not_line
 
 
 def test_an_enforced_schema_logs_and_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -276,12 +276,12 @@ def test_a_bad_unenforced_policy_stops_the_engine_config(monkeypatch: pytest.Mon
 @pytest.mark.parametrize(
     ("environ", "policy"),
     [
-        ({}, ObjectsPolicy.CLOSED),
-        ({"GRAMMAR_GUARD_OBJECTS": "closed"}, ObjectsPolicy.CLOSED),
-        ({"GRAMMAR_GUARD_OBJECTS": " Open "}, ObjectsPolicy.OPEN),
+        ({}, ObjectsPolicy.OPEN),
+        ({"GRAMMAR_GUARD_OBJECTS": " Closed "}, ObjectsPolicy.CLOSED),
+        ({"GRAMMAR_GUARD_OBJECTS": "open"}, ObjectsPolicy.OPEN),
     ],
 )
-def test_the_objects_policy_is_read_closed_by_default(
+def test_the_objects_policy_is_read_open_by_default(
     environ: dict[str, str], policy: ObjectsPolicy
 ) -> None:
     assert Settings.from_env(environ).objects is policy
@@ -292,6 +292,16 @@ def test_a_bad_objects_policy_stops_the_engine_config(monkeypatch: pytest.Monkey
     monkeypatch.setenv("GRAMMAR_GUARD_OBJECTS", "strict")
     with pytest.raises(ValueError, match=r"GRAMMAR_GUARD_OBJECTS.*closed, open"):
         StructuredOutputsConfig(backend="grammar-guard")
+
+
+def test_grammar_guard_takes_the_closing_vllm_allows_guidance_alone() -> None:
+    config = StructuredOutputsConfig(
+        backend="grammar-guard", disable_any_whitespace=True, disable_additional_properties=True
+    )
+    assert config.disable_additional_properties
+    # vLLM's own rule still holds for its other backends.
+    with pytest.raises(ValueError, match="only supported for the guidance backend"):
+        StructuredOutputsConfig(backend="xgrammar", disable_additional_properties=True)
 
 
 # --- variables nothing reads ----------------------------------------------------------------

@@ -15,10 +15,9 @@ from grammar_guard.cli.session import Session, settings_with
 from grammar_guard.core.engine import GrammarEngine
 from grammar_guard.core.settings import (
     ENV_PREFIX,
-    ObjectsPolicy,
     Settings,
     SettingsError,
-    objects_policy_from_env,
+    objects_open,
 )
 from grammar_guard.core.spec import CompileOptions, RequestKind
 
@@ -78,6 +77,12 @@ def _add_compile_arguments(command: argparse.ArgumentParser, *, timeout_help: st
         action="store_true",
         help="compact JSON, as the server's structured_outputs_config.disable_any_whitespace",
     )
+    command.add_argument(
+        "--disable-additional-properties",
+        action="store_true",
+        help="closed objects, as the server's "
+        "structured_outputs_config.disable_additional_properties",
+    )
     command.add_argument("--timeout", type=float, help=f"compile timeout in {timeout_help}")
     command.add_argument("--json", action="store_true", help="print JSON")
 
@@ -106,7 +111,7 @@ def _options(args: argparse.Namespace) -> CompileOptions:
     # As a server with the same environment builds its keys.
     return CompileOptions(
         any_whitespace=not args.disable_any_whitespace,
-        open_objects=objects_policy_from_env() is ObjectsPolicy.OPEN,
+        open_objects=objects_open(args.disable_additional_properties),
     )
 
 

@@ -103,9 +103,19 @@ def engine_selection_from_env(environ: Mapping[str, str] | None = None) -> Engin
 
 
 def objects_policy_from_env(environ: Mapping[str, str] | None = None) -> ObjectsPolicy:
-    """``GRAMMAR_GUARD_OBJECTS``, default ``closed``; a bad value raises SettingsError."""
+    """``GRAMMAR_GUARD_OBJECTS``, default ``open``; a bad value raises SettingsError."""
     environ = os.environ if environ is None else environ
-    return _read_choice(environ, OBJECTS_VARIABLE, ObjectsPolicy.CLOSED)
+    return _read_choice(environ, OBJECTS_VARIABLE, ObjectsPolicy.OPEN)
+
+
+def objects_open(disable_additional_properties: bool) -> bool:
+    """Whether a key's objects are open: ``GRAMMAR_GUARD_OBJECTS`` and vLLM's flag.
+
+    vLLM's ``disable_additional_properties`` closes objects for its
+    ``guidance`` backend, whose objects are open like ours by default; it
+    closes ours too, so either way of asking for closed objects is enough.
+    """
+    return not disable_additional_properties and objects_policy_from_env() is ObjectsPolicy.OPEN
 
 
 E = TypeVar("E", bound=enum.Enum)
@@ -290,7 +300,7 @@ class Settings:
     warmup_file: Path | None = None
     unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
     engine: EngineSelection = EngineSelection.AUTO
-    objects: ObjectsPolicy = ObjectsPolicy.CLOSED
+    objects: ObjectsPolicy = ObjectsPolicy.OPEN
     # The request of a key (counting the first) that starts its background
     # compile on the faster-masking engine; 0: never (docs/routing.md).
     upgrade_after: int = DEFAULT_UPGRADE_AFTER

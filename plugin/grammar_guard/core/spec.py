@@ -56,6 +56,8 @@ class CompileOptions:
     # True: an object or tuple takes the properties or items its schema does
     # not list, where the schema does not forbid them, as JSON Schema says;
     # False: only those it lists, as xgrammar's strict mode (docs/routing.md).
+    # A server's keys are open unless it closes them (settings.objects_open);
+    # a spec built without options is closed, as both engines are by themselves.
     open_objects: bool = False
 
 

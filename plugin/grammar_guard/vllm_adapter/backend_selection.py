@@ -79,16 +79,16 @@ def _backend_annotation() -> Any:
 def config_validation(
     original: Callable[..., StructuredOutputsConfig],
 ) -> Callable[..., StructuredOutputsConfig]:
-    """Let ``grammar-guard`` use ``disable_any_whitespace``; other backends keep vLLM's rule."""
+    """Let ``grammar-guard`` use ``disable_any_whitespace`` and ``disable_additional_properties``.
+
+    vLLM allows the first to xgrammar and guidance, the second to guidance
+    alone; grammar-guard reads both (request_spec.compile_options). Other
+    backends keep vLLM's rule.
+    """
 
     def validate(self: StructuredOutputsConfig) -> StructuredOutputsConfig:
         if self.backend != BACKEND_NAME:
             return original(self)
-        if self.disable_additional_properties:
-            raise ValueError(
-                "disable_additional_properties applies to the guidance backend only, "
-                f"not to {BACKEND_NAME}."
-            )
         # A bad GRAMMAR_GUARD_* value stops start-up here, naming the variable,
         # rather than failing the first structured request in the engine.
         Settings.from_env()

@@ -15,7 +15,7 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.request import get_structured_output_key
 
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.settings import ObjectsPolicy, objects_policy_from_env
+from grammar_guard.core.settings import objects_open
 from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 
 _KIND_BY_OPTION = {
@@ -31,7 +31,7 @@ _KIND_BY_OPTION = {
 def compile_options(config: StructuredOutputsConfig) -> CompileOptions:
     return CompileOptions(
         any_whitespace=not config.disable_any_whitespace,
-        open_objects=objects_policy_from_env() is ObjectsPolicy.OPEN,
+        open_objects=objects_open(config.disable_additional_properties),
     )
 
 

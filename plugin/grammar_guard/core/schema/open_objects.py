@@ -2,13 +2,12 @@
 
 JSON Schema lets an object hold properties its schema does not list, unless
 ``additionalProperties`` (or ``unevaluatedProperties``) says otherwise, and
-a tuple hold items past its ``prefixItems`` unless ``items`` does. By
-default grammar-guard closes both, as xgrammar's strict mode and vLLM's
-default backend do (docs/routing.md). With ``GRAMMAR_GUARD_OBJECTS=open``
-the schema the engines compile says ``"additionalProperties": true`` and
-``"items": true`` wherever it said nothing, and both engines build a
-schema's own opening as JSON Schema means it: xgrammar's strict mode and
-the closing written for llguidance only close what a schema left unsaid.
+a tuple hold items past its ``prefixItems`` unless ``items`` does. Both
+engines would close them (xgrammar's strict mode, and the closing written
+for llguidance), so unless the server asks for closed objects
+(docs/routing.md) the schema the engines compile says
+``"additionalProperties": true`` and ``"items": true`` wherever it said
+nothing, and both build a schema's own opening as JSON Schema means it.
 The analysis then reads the opening too, so a construct an engine gets
 wrong only in an open object (on xgrammar, a listed name that is not ASCII
 or holds a character JSON escapes) is found where it matters.

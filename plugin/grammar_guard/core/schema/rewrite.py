@@ -187,7 +187,7 @@ def rewrite_schema(document: Any, *, narrow: bool = False) -> Any:
 def rewritten_schema_text(text: str, open_objects: bool = False) -> str:
     """:func:`rewrite_schema` of the schema ``text`` as compact JSON; ``text`` if unchanged.
 
-    With ``open_objects`` (``GRAMMAR_GUARD_OBJECTS=open``), the objects and
+    With ``open_objects`` (a server's default), the objects and
     tuples the rewritten schema leaves open are said to be
     (:func:`~grammar_guard.core.schema.open_objects.objects_opened`), after
     every other step: those read the schema the client wrote.
