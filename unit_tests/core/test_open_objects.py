@@ -179,3 +179,27 @@ def test_a_listed_name_xgrammar_cannot_keep_out_of_the_open_rest_is_found() -> N
     XGrammarEngine.check(GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT))
     with pytest.raises(UnenforcedKeywordError):
         XGrammarEngine.check(GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, OPEN))
+
+
+def test_open_branches_told_apart_by_required_names_are_served_narrowed(
+    routed: RoutedEngine,
+) -> None:
+    # Open, {"r":1,"l":2,"w":3} is valid for two branches, which the oneOf
+    # refuses and neither engine can tell, and three branches are past what
+    # is written exactly; closed, the branches exclude it.
+    number = {"type": "number"}
+    schema = {
+        "type": "object",
+        "oneOf": [
+            {"properties": {"r": number}, "required": ["r"]},
+            {"properties": {"l": number, "w": number}, "required": ["l", "w"]},
+            {"properties": {"b": number, "h": number}, "required": ["b", "h"]},
+        ],
+    }
+    opened = GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, OPEN)
+    assert route(opened).narrowed_text is not None
+    for text in ('{"r":1}', '{"l":2,"w":3}', '{"l":2,"w":3,"x":4}'):
+        assert routed_accepts(routed, opened, text), text
+    # Valid for two branches; then valid, but holding a name another requires.
+    for text in ('{"r":1,"l":2,"w":3}', '{"r":1,"w":3}'):
+        assert not routed_accepts(routed, opened, text), text

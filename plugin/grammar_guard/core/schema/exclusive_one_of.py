@@ -64,9 +64,12 @@ def narrowed_one_of_as_any_of(
     None where there is no such property.
     """
     name = _optional_discriminator(node, facts)
-    if name is None:
-        return None
-    return _as_any_of({**node, "required": [*node.get("required", []), name]}, facts, keep_alive)
+    if name is not None:
+        required = [*node.get("required", []), name]
+        narrowed = _as_any_of({**node, "required": required}, facts, keep_alive)
+        if narrowed is not None:
+            return narrowed
+    return _others_required_names_refused(node, facts, keep_alive)
 
 
 def _optional_discriminator(node: dict[str, Any], facts: SchemaFacts) -> str | None:
@@ -96,6 +99,55 @@ def _optional_discriminator(node: dict[str, Any], facts: SchemaFacts) -> str | N
         ):
             return name
     return None
+
+
+def _others_required_names_refused(
+    node: dict[str, Any], facts: SchemaFacts, keep_alive: list[Any]
+) -> dict[str, Any] | None:
+    """``node`` with each object branch refusing the names other branches require, as ``anyOf``.
+
+    Open object branches told apart only by the names each requires
+    (``{"required": ["radius"]}`` or ``{"required": ["length", "width"]}``)
+    overlap: an object with ``radius``, ``length`` and ``width`` is valid for
+    two, so the ``oneOf`` refuses it. Each branch then refuses every name a
+    branch it is not otherwise told apart from requires and it does not: a
+    value of that branch lacks a name the other requires, so it is valid for
+    that branch alone. It narrows the node: an object with ``radius`` and
+    ``length`` alone is refused, though valid. None where a branch requires
+    every name another does, or is not an object schema written out.
+    """
+    branches = node.get("oneOf")
+    if "anyOf" in node or not isinstance(branches, list) or not 1 < len(branches) <= MAX_BRANCHES:
+        return None
+    context = {key: node[key] for key in _CONTEXT if key in node}
+    placed = [{"allOf": [branch, context]} if context else branch for branch in branches]
+    keep_alive.extend(placed)
+    refused: list[set[str]] = [set() for _ in branches]
+    for index, left in enumerate(placed):
+        for other, right in enumerate(placed):
+            if other == index or facts.exclusive(left, right):
+                continue
+            if not facts.types(left) & facts.types(right) <= {"object"}:
+                return None  # another kind of value may be valid for both
+            only_other = facts.required_names(right) - facts.required_names(left)
+            if not only_other:
+                return None
+            refused[index] |= only_other
+    written = [_refusing(branch, names) for branch, names in zip(branches, refused, strict=True)]
+    if any(branch is None for branch in written):
+        return None
+    result = {key: value for key, value in node.items() if key != "oneOf"}
+    return {**result, "anyOf": written}
+
+
+def _refusing(branch: Any, names: set[str]) -> Any:
+    """``branch`` with ``names`` listed as ``false``; None where it is not written out."""
+    if not names:
+        return branch
+    properties = branch.get("properties", {}) if isinstance(branch, dict) else None
+    if not isinstance(properties, dict) or "$ref" in branch:
+        return None
+    return {**branch, "properties": {**properties, **dict.fromkeys(sorted(names), False)}}
 
 
 def _told_apart(facts: SchemaFacts, left: tuple[Any, ...], right: tuple[Any, ...]) -> bool:

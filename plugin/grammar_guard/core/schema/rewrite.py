@@ -122,7 +122,7 @@ DEFINED_FORMATS = (
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:4,unevaluated-as-adjacent,"
-    "ecma-whitespace-written,lookaheads-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,contains-narrowed:4,property-names-decided,objects-opened-on-request"
+    "ecma-whitespace-written,lookaheads-written,lone-conditions-dropped,exclusive-one-of-any-of:4,one-of-narrowed-by-optional-name:2,one-of-narrowed-by-required-names,contains-narrowed:4,property-names-decided,objects-opened-on-request"
 )
 # Keywords whose value is a count: 2020-12 reads 2.0 there as 2.
 _COUNTS = frozenset(
