@@ -119,9 +119,7 @@ def _others_required_names_refused(
     branches = node.get("oneOf")
     if "anyOf" in node or not isinstance(branches, list) or not 1 < len(branches) <= MAX_BRANCHES:
         return None
-    context = {key: node[key] for key in _CONTEXT if key in node}
-    placed = [{"allOf": [branch, context]} if context else branch for branch in branches]
-    keep_alive.extend(placed)
+    placed = _placed(branches, _context(node), keep_alive)
     refused: list[set[str]] = [set() for _ in branches]
     for index, left in enumerate(placed):
         for other, right in enumerate(placed):
@@ -168,11 +166,10 @@ def _as_any_of(
         node_type = _type_within(node_type, kind)
         if node_type is None:
             return None  # no value the node allows is left, or none a type names
-    context = {key: node[key] for key in _CONTEXT if key in node}
+    context = _context(node)
     if node_type is not None:
         context["type"] = node_type
-    placed = [{"allOf": [branch, context]} if context else branch for branch in branches]
-    keep_alive.extend(placed)
+    placed = _placed(branches, context, keep_alive)
     share_empty_object = False
     for index, left in enumerate(placed):
         for other in range(index + 1, len(placed)):
@@ -194,6 +191,18 @@ def _as_any_of(
         if least < 1:
             result["minProperties"] = 1
     return result
+
+
+def _context(node: dict[str, Any]) -> dict[str, Any]:
+    """The node's keywords that each branch is tested together with."""
+    return {key: node[key] for key in _CONTEXT if key in node}
+
+
+def _placed(branches: list[Any], context: dict[str, Any], keep_alive: list[Any]) -> list[Any]:
+    """Each branch together with ``context``, kept alive for ``facts``, which remembers by id."""
+    placed = [{"allOf": [branch, context]} if context else branch for branch in branches]
+    keep_alive.extend(placed)
+    return placed
 
 
 def _only_kind_constrained(branches: list[Any]) -> frozenset[str] | None:
