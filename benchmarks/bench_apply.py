@@ -46,9 +46,9 @@ import xgrammar
 from vllm.v1.core.sched.output import GrammarOutput, SchedulerOutput
 from vllm.v1.structured_output.utils import apply_grammar_bitmask
 
-from grammar_guard.core.bitmask import words_per_row
-from grammar_guard.core.bitmask_apply import TABLE_KERNEL_ROWS, CpuBitmaskApplier
-from grammar_guard.core.byte_table_kernel import ByteTableKernel, table_operands
+from grammar_guard.core.masks.apply import TABLE_KERNEL_ROWS, CpuBitmaskApplier
+from grammar_guard.core.masks.byte_table import ByteTableKernel, table_operands
+from grammar_guard.core.masks.layout import words_per_row
 from grammar_guard.demo.tiny_model import default_model_dir
 from grammar_guard.vllm_adapter.apply_hook import RunnerApply
 

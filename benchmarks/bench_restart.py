@@ -280,7 +280,7 @@ def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str
     text and tells nothing about the codecs, while xgrammar's, the one an
     upgrade stores, runs to megabytes for this schema.
     """
-    from grammar_guard.core.disk_store import DiskStore
+    from grammar_guard.core.compile.disk_store import DiskStore
     from grammar_guard.core.metrics import CacheMetrics
 
     engine, spec = _engine_and_spec(schema, "auto")
@@ -296,8 +296,8 @@ def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str
 def _engine_and_spec(schema: dict[str, Any], selection: str) -> tuple[Any, Any]:
     """The tiny model's engine under ``GRAMMAR_GUARD_ENGINE=selection``, and the schema's key."""
     from grammar_guard.cli.model import ModelArgs, load_engine
+    from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
     from grammar_guard.core.settings import ENGINE_VARIABLE, Settings
-    from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
     from grammar_guard.demo.engine import STRUCTURED_OUTPUTS_CONFIG
     from grammar_guard.demo.tiny_model import build_tiny_model
 
@@ -312,7 +312,7 @@ def _engine_and_spec(schema: dict[str, Any], selection: str) -> tuple[Any, Any]:
 
 def _codecs_on(schema: dict[str, Any], selection: str, reps: int) -> dict[str, Any]:
     """Each codec's file size, write time and load times on the schema compiled by one engine."""
-    from grammar_guard.core.disk_store import CODECS, DiskStore
+    from grammar_guard.core.compile.disk_store import CODECS, DiskStore
     from grammar_guard.core.metrics import CacheMetrics
 
     engine, spec = _engine_and_spec(schema, selection)

@@ -48,8 +48,8 @@ from harness.server import (
     without_plugin_settings,
 )
 
-from grammar_guard.core.grammar_text import grammar_is_lark
-from grammar_guard.core.spec import CompileOptions
+from grammar_guard.core.request.grammar_text import grammar_is_lark
+from grammar_guard.core.request.spec import CompileOptions
 from grammar_guard.demo.cases import CASES, Case, check_json_object
 from grammar_guard.demo.tiny_model import build_tiny_model
 
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from vllm import LLM
     from vllm.outputs import RequestOutput
 
-    from grammar_guard.core.engine import GrammarEngine
+    from grammar_guard.core.engines.base import GrammarEngine
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "build" / "first_request.json"
@@ -182,7 +182,7 @@ def build_reference_engine(model: str) -> GrammarEngine:
     """The grammar engine the server builds for ``model``, here, to time compiles against."""
     from transformers import AutoTokenizer, PretrainedConfig
 
-    from grammar_guard.core.engine_factory import build_engine
+    from grammar_guard.core.engines.factory import build_engine
 
     vocab_size = PretrainedConfig.from_pretrained(model).vocab_size
     return build_engine(AutoTokenizer.from_pretrained(model), vocab_size)

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from grammar_guard.core.bitmask import words_per_row
-from grammar_guard.core.bitmask_apply import GraphSafeBitmaskApplier
+from grammar_guard.core.masks.apply import GraphSafeBitmaskApplier
+from grammar_guard.core.masks.layout import words_per_row
 
 VOCAB = 129280
 BATCH_SIZES = (1, 8, 32, 128)

@@ -53,10 +53,10 @@ def upgradable_cases(data_dir: Path | None = None) -> list[Upgradable]:
 
     ``data_dir``: the folder holding both collections; by default the repository's sample.
     """
+    from grammar_guard.core.engines.routing import route, upgrade_target
+    from grammar_guard.core.engines.xgrammar.cost import slow_for_xgrammar
     from grammar_guard.core.errors import InvalidGrammarError
-    from grammar_guard.core.routing import route, upgrade_target
-    from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-    from grammar_guard.core.xgrammar_cost import slow_for_xgrammar
+    from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 
     data_dir = data_dir or sample_data_dir()
     found = []
@@ -84,7 +84,7 @@ def token_encoder(tokenizer: Any) -> Any:
 
 def write_instance(routed: Any, compiled: Any, case: Case, data: Any, *, valid: bool) -> Any:
     """The coverage writer's ``Written`` for ``data`` in a fresh grammar of ``compiled``."""
-    from grammar_guard.core.bitmask import allocate_bitmask
+    from grammar_guard.core.masks.layout import allocate_bitmask
     from grammar_guard.vllm_adapter.backend import GuardedGrammar
 
     tokenizer = load_tokenizer()
@@ -102,8 +102,8 @@ def write_instance(routed: Any, compiled: Any, case: Case, data: Any, *, valid: 
 
 
 def routed_engine() -> Any:
-    from grammar_guard.core.engine_factory import build_engine
-    from grammar_guard.core.routing import RoutedEngine
+    from grammar_guard.core.engines.factory import build_engine
+    from grammar_guard.core.engines.routed import RoutedEngine
     from grammar_guard.core.settings import EngineSelection
 
     tokenizer = load_tokenizer()
@@ -113,8 +113,8 @@ def routed_engine() -> Any:
 
 
 def measure(every: int, repeats: int, data_dir: Path | None = None) -> list[dict[str, Any]]:
-    from grammar_guard.core.mask_trial import fill_seconds
-    from grammar_guard.core.routing import EngineName
+    from grammar_guard.core.engines.base import EngineName
+    from grammar_guard.core.upgrade.trial import fill_seconds
 
     routed = routed_engine()
     rows = []

@@ -33,7 +33,7 @@ from harness.bad_input.case import SERVER_ARGS, Case, Outcome, Reply, json_outpu
 from harness.bad_input.corpus import CORPUS
 from harness.server import ApiServer, engine_core_process, start_api_server
 
-from grammar_guard.core.compile_service import QUICK_LANE_MAX_CHARS
+from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
 from grammar_guard.core.settings import Settings
 
 pytestmark = pytest.mark.engine
@@ -81,7 +81,7 @@ def wait_for_compile_workers(server: ApiServer) -> None:
     """
     deadline = time.monotonic() + WORKERS_READY_BOUND_S
     for attempt in itertools.count():
-        schema = {**good_schema(f"w{attempt}"), "description": "w" * QUICK_LANE_MAX_CHARS}
+        schema = {**good_schema(f"w{attempt}"), "description": "w" * SMALL_SPEC_CHARS}
         case = good_case(f"warm-up-{attempt}", schema, seed=attempt)
         reply, _ = post(server.base_url, case, server.model)
         if reply.status == 200:

@@ -30,25 +30,22 @@ import pytest
 from benchmarks.coverage.cases import Selection, discover, load_case, sample_data_dir
 from benchmarks.coverage.checker import load_tokenizer
 
-from grammar_guard.core.bitmask import allocate_bitmask
+from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
+from grammar_guard.core.engines.routed import RoutedEngine
+from grammar_guard.core.engines.routing import route, xgrammar_enforces_the_same
+from grammar_guard.core.engines.xgrammar.cost import slow_for_xgrammar
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.llguidance_engine import LLGuidanceEngine
-from grammar_guard.core.routing import (
-    EngineName,
-    RoutedEngine,
-    route,
-    upgrade_target,
-)
+from grammar_guard.core.masks.layout import allocate_bitmask
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.settings import EngineSelection
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_cost import slow_for_xgrammar
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.demo.cases import LISTED_PATTERN_SCHEMA
 
 if TYPE_CHECKING:
     import torch
 
-    from grammar_guard.core.engine import CompiledGrammar, GrammarEngine, TokenMatcher
+    from grammar_guard.core.engines.base import CompiledGrammar, GrammarEngine, TokenMatcher
 
 DATA_DIR = sample_data_dir()
 # The first schemas of every category of both collections: the slice covers
@@ -156,7 +153,7 @@ class Engines:
 @pytest.fixture(scope="module")
 def engines() -> Engines:
     # The backend's own construction, for each engine alone and routed.
-    from grammar_guard.core.engine_factory import build_engine
+    from grammar_guard.core.engines.factory import build_engine
 
     tokenizer = load_tokenizer()
     vocab_size = len(tokenizer)
@@ -185,7 +182,7 @@ def _upgradable(spec: GrammarSpec) -> bool:
         chosen = route(spec)
     except InvalidGrammarError:
         return False
-    return upgrade_target(spec, chosen, slow=True) is not None
+    return xgrammar_enforces_the_same(spec, chosen)
 
 
 def _dead_end(

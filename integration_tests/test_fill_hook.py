@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from harness.oracles import assert_valid_prefix
 
-from grammar_guard.core.bitmask_fill import BitmaskFiller, FillStrategy
+from grammar_guard.core.masks.fill import BitmaskFiller, FillStrategy
 from grammar_guard.vllm_adapter import fill_hook
 from grammar_guard.vllm_adapter.patching import plugin_state
 

@@ -7,7 +7,7 @@ a schema of bounded strings, stores its grammar and stops; then a second
 fresh process, the restarted engine, must serve the schema from the folder,
 which its metrics tell apart from a compile, and decode valid output on it.
 Concurrent writers of one folder are covered with real processes in
-``unit_tests/core/test_disk_store.py``.
+``unit_tests/core/compile/test_disk_store.py``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ import pytest
 from benchmarks.coverage.cases import sample_data_dir
 from benchmarks.upgrade_masks import routed_engine, upgradable_cases, write_instance
 
-from grammar_guard.core.routing import EngineName, RoutedEngine
+from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engines.routed import RoutedEngine
 
 DATA_DIR = sample_data_dir()
 SAMPLE_EVERY = 8
@@ -46,7 +47,7 @@ def test_both_engines_give_every_instance_of_an_upgradable_schema_the_same_verdi
     disagreements, wrong, instances = [], [], 0
     for item in checked:
         assert routed.plan(item.spec).upgrade == EngineName.XGRAMMAR.value
-        compiled = {engine: routed.compile_part(item.spec, engine.value) for engine in EngineName}
+        compiled = {engine: routed.compile_on(item.spec, engine) for engine in EngineName}
         for index, instance in enumerate(item.case.instances):
             instances += 1
             verdicts = {

@@ -16,10 +16,11 @@ import llguidance
 import pytest
 import xgrammar as xgr
 
-from grammar_guard.core.llguidance_engine import LLGuidanceEngine
-from grammar_guard.core.routing import RoutedEngine, route
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
+from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
+from grammar_guard.core.engines.routed import RoutedEngine
+from grammar_guard.core.engines.routing import route
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine, XGrammarMatcher
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 
 EOS = "</s>"
 EOT = "<eot>"

@@ -10,7 +10,8 @@ import functools
 
 import llguidance
 
-from grammar_guard.core.llguidance_engine import LLGuidanceCompiled, LLGuidanceEngine
+from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
+from grammar_guard.core.engines.llguidance.matcher import LLGuidanceCompiled
 
 BYTE_EOS = b"</s>"
 

@@ -194,10 +194,10 @@ def _environment(name: str, value: str) -> Iterator[None]:
 
 def served_by(grammar: StructuredOutputGrammar) -> str | None:
     """The engine whose matcher the plugin's grammar wraps; None if it wraps none."""
-    from grammar_guard.core.llguidance_engine import LLGuidanceMatcher
-    from grammar_guard.core.mask_trial import PathRecorder
-    from grammar_guard.core.routing import EngineName
-    from grammar_guard.core.xgrammar_engine import XGrammarMatcher
+    from grammar_guard.core.engines.base import EngineName
+    from grammar_guard.core.engines.llguidance.matcher import LLGuidanceMatcher
+    from grammar_guard.core.engines.xgrammar.engine import XGrammarMatcher
+    from grammar_guard.core.upgrade.trial import PathRecorder
     from grammar_guard.vllm_adapter.backend import GuardedGrammar
 
     if not isinstance(grammar, GuardedGrammar):

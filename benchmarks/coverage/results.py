@@ -21,7 +21,7 @@ PLUGIN_PATHS = (PLUGIN_PATH, PLUGIN_XGRAMMAR_PATH, PLUGIN_LLGUIDANCE_PATH)
 VLLM_XGRAMMAR_PATH = "vllm-xgrammar"
 VLLM_GUIDANCE_PATH = "vllm-guidance"
 PATHS = (*PLUGIN_PATHS, VLLM_XGRAMMAR_PATH, VLLM_GUIDANCE_PATH)
-# The engines a plugin path's grammar can come from (grammar_guard.core.routing.EngineName).
+# The engines a plugin path's grammar can come from (grammar_guard.core.engines.routing.EngineName).
 ENGINES = ("xgrammar", "llguidance")
 
 COMPILED = "compiled"

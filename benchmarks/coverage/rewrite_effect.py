@@ -31,7 +31,7 @@ from benchmarks.coverage.cases import load_schema
 from benchmarks.coverage.results import CaseRef
 
 if TYPE_CHECKING:
-    from grammar_guard.core.spec import CompileOptions
+    from grammar_guard.core.request.spec import CompileOptions
 
 # The label of a refusal that names no keyword: the schema itself is wrong
 # (or needs what neither engine has, such as a remote reference).
@@ -44,13 +44,13 @@ SHOWN_KEYWORDS = 25
 # other module of the plugin holds the function.
 REWRITE_IMPORTERS = (
     "grammar_guard.core.schema.rewrite",
-    "grammar_guard.core.routing",
-    "grammar_guard.core.xgrammar_rewrite",
-    "grammar_guard.core.llguidance_rewrite",
+    "grammar_guard.core.engines.routing",
+    "grammar_guard.core.engines.xgrammar.rewrite",
+    "grammar_guard.core.engines.llguidance.rewrite",
 )
 _REWRITE_FUNCTION = "rewritten_schema_text"
 # Routing's last resort, a rewrite too: turned off with it, where routing binds it.
-_NARROWING_IMPORTER = "grammar_guard.core.routing"
+_NARROWING_IMPORTER = "grammar_guard.core.engines.routing"
 _NARROWING_FUNCTION = "narrowed_schema_text"
 _PLUGIN = "grammar_guard"
 
@@ -66,8 +66,8 @@ class Refusals:
 
 def check_refusals(data_dir: Path, refs: Sequence[CaseRef], *, whitespace: bool) -> list[Refusals]:
     """Each schema's refusals, without the rewrite and with it, in the order of ``refs``."""
+    from grammar_guard.core.request.spec import CompileOptions
     from grammar_guard.core.settings import objects_open
-    from grammar_guard.core.spec import CompileOptions
 
     # The server's keys: open objects unless GRAMMAR_GUARD_OBJECTS closes them.
     options = CompileOptions(any_whitespace=whitespace, open_objects=objects_open(False))
@@ -89,9 +89,9 @@ def check_refusals(data_dir: Path, refs: Sequence[CaseRef], *, whitespace: bool)
 
 def refusal_labels(schema: Any, options: CompileOptions) -> frozenset[str]:
     """Why routing refuses ``schema``: its findings' keywords, or a label; empty when served."""
+    from grammar_guard.core.engines.routing import route
     from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-    from grammar_guard.core.routing import route
-    from grammar_guard.core.spec import GrammarSpec, RequestKind
+    from grammar_guard.core.request.spec import GrammarSpec, RequestKind
 
     try:
         route(GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, options))
@@ -107,8 +107,8 @@ def refusal_labels(schema: Any, options: CompileOptions) -> frozenset[str]:
 
 
 def _rewrite_changes(schema: Any, options: CompileOptions) -> bool:
+    from grammar_guard.core.request.spec import GrammarSpec, RequestKind
     from grammar_guard.core.schema.rewrite import rewritten_schema_text
-    from grammar_guard.core.spec import GrammarSpec, RequestKind
 
     try:
         text = GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, options).text

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from grammar_guard.core.input_limits import MAX_GRAMMAR_CHARS, MAX_JSON_DEPTH
+from grammar_guard.core.request.limits import MAX_GRAMMAR_CHARS, MAX_JSON_DEPTH
 from harness.bad_input.builders import (
     WEATHER,
     chat,

@@ -35,8 +35,8 @@ from benchmarks.coverage.rewrite_effect import (
     tally_keywords,
 )
 
+from grammar_guard.core.request.spec import CompileOptions
 from grammar_guard.core.schema import rewrite
-from grammar_guard.core.spec import CompileOptions
 
 COMPACT = CompileOptions(any_whitespace=False)
 # Served only as rewritten: the format becomes its pattern, which xgrammar enforces.

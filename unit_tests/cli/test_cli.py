@@ -21,9 +21,9 @@ from unit_tests.conftest import EOS, VOCAB
 
 from grammar_guard.cli import __main__ as cli
 from grammar_guard.cli.model import ModelArgs, ModelLoadError, load_engine
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.request.spec import GrammarSpec
 from grammar_guard.core.settings import UnenforcedPolicy
-from grammar_guard.core.spec import GrammarSpec
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
 HANG_GUARD_S = 60.0
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -229,7 +229,7 @@ def test_stats_without_a_folder_says_how_to_name_one(capsys: pytest.CaptureFixtu
 def test_the_engine_is_the_one_the_server_builds_for_the_model(tmp_path: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    from grammar_guard.core.engine_factory import build_engine
+    from grammar_guard.core.engines.factory import build_engine
     from grammar_guard.demo.tiny_model import build_tiny_model
 
     model = build_tiny_model()
@@ -251,7 +251,7 @@ def test_the_command_line_builds_its_engine_without_the_vllm_adapter() -> None:
     # Only load_engine itself imports vLLM, to load the tokenizer as the server does.
     code = (
         "import sys, grammar_guard.cli.__main__, grammar_guard.cli.model, "
-        "grammar_guard.core.engine_factory\n"
+        "grammar_guard.core.engines.factory\n"
         "print([m for m in sys.modules if m.partition('.')[0] == 'vllm' "
         "or m.startswith('grammar_guard.vllm_adapter')])"
     )

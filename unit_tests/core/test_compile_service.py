@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from unit_tests.conftest import COMPACT, SmallTokenizer
 
-from grammar_guard.core.compile_service import CompileService
-from grammar_guard.core.compilers import CompileResult
-from grammar_guard.core.disk_store import DiskStore, stored_files
+from grammar_guard.core.compile.disk_store import DiskStore, stored_files
+from grammar_guard.core.compile.in_thread import CompileResult
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.metrics import Counter
+from grammar_guard.core.request.spec import GrammarSpec, RequestKind
+from grammar_guard.core.service import CompileService
 from grammar_guard.core.settings import Settings
-from grammar_guard.core.spec import GrammarSpec, RequestKind
 
 HANG_GUARD_S = 60.0
 T = 30.0

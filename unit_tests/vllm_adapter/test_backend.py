@@ -22,14 +22,14 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.request import StructuredOutputRequest
 
 import grammar_guard
+from grammar_guard.core.compile.inline_wait import InlineWaitBudget
+from grammar_guard.core.engines.llguidance.matcher import LLGuidanceMatcher
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine, XGrammarMatcher
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
-from grammar_guard.core.failures import FailureClass, decode
-from grammar_guard.core.inline_wait import InlineWaitBudget
-from grammar_guard.core.llguidance_engine import LLGuidanceMatcher
-from grammar_guard.core.mask_trial import PathRecorder
 from grammar_guard.core.metrics import LabelledCounter
-from grammar_guard.core.spec import GrammarSpec
-from grammar_guard.core.xgrammar_engine import XGrammarEngine, XGrammarMatcher
+from grammar_guard.core.request.failures import FailureClass, decode
+from grammar_guard.core.request.spec import GrammarSpec
+from grammar_guard.core.upgrade.trial import PathRecorder
 from grammar_guard.vllm_adapter import backend as backend_module
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES

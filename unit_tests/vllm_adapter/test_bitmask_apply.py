@@ -27,13 +27,13 @@ pytest.importorskip(
 )
 
 from grammar_guard import BACKEND_NAME
-from grammar_guard.core import bitmask_apply
-from grammar_guard.core.bitmask import words_per_row
-from grammar_guard.core.bitmask_apply import (
+from grammar_guard.core.masks import apply as bitmask_apply
+from grammar_guard.core.masks.apply import (
     BitmaskApplier,
     CpuBitmaskApplier,
     GraphSafeBitmaskApplier,
 )
+from grammar_guard.core.masks.layout import words_per_row
 from grammar_guard.vllm_adapter import apply_hook
 from grammar_guard.vllm_adapter.compat import MaskLayout, installed_release
 

@@ -19,8 +19,9 @@ from harness.skip_policy import UNAVAILABLE_HERE
 from transformers import PreTrainedTokenizerFast
 from vllm.v1.structured_output import ConstraintBounds, StructuredOutputManager
 
-from grammar_guard.core.bitmask import allocate_bitmask
-from grammar_guard.core.bitmask_fill import (
+from grammar_guard.core.engines.base import TokenMatcher
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.masks.fill import (
     PARALLEL_MIN_WORK_S,
     PROBE_INTERVAL_STEPS,
     BitmaskFiller,
@@ -28,9 +29,8 @@ from grammar_guard.core.bitmask_fill import (
     RowFill,
     choose_strategy,
 )
-from grammar_guard.core.engine import TokenMatcher
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.core.masks.layout import allocate_bitmask
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.vllm_adapter import fill_hook
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar
 from grammar_guard.vllm_adapter.compat import installed_release

@@ -21,10 +21,10 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
 from vllm.v1.structured_output.utils import choice_as_grammar
 
-from grammar_guard.core.bitmask import allocate_bitmask
-from grammar_guard.core.engine import GrammarEngine
-from grammar_guard.core.engine_factory import build_engine
-from grammar_guard.core.spec import CompileOptions
+from grammar_guard.core.engines.base import GrammarEngine
+from grammar_guard.core.engines.factory import build_engine
+from grammar_guard.core.masks.layout import allocate_bitmask
+from grammar_guard.core.request.spec import CompileOptions
 from grammar_guard.vllm_adapter.request_spec import spec_from_key
 
 pytestmark = pytest.mark.seam

@@ -22,7 +22,7 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, EngineCoreReques
 from vllm.v1.engine.output_processor import OutputProcessor, RequestOutputCollector
 
 from grammar_guard.core.errors import CompileCrashedError
-from grammar_guard.core.failures import FailureClass, FailureLog, encode
+from grammar_guard.core.request.failures import FailureClass, FailureLog, encode
 from grammar_guard.vllm_adapter import failure_reporting
 from grammar_guard.vllm_adapter.compat import installed_release
 from grammar_guard.vllm_adapter.failure_reporting import (

@@ -13,14 +13,14 @@ from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 import grammar_guard
-from grammar_guard.core import input_limits
-from grammar_guard.core.input_limits import (
-    EXCERPT_CHARS,
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.errors import EXCERPT_CHARS
+from grammar_guard.core.request import limits as input_limits
+from grammar_guard.core.request.limits import (
     MAX_GRAMMAR_CHARS,
     DepthScan,
     scan_json_depth,
 )
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
 from grammar_guard.vllm_adapter import frontend
 
 grammar_guard.register()

@@ -37,11 +37,11 @@ from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 from vllm.v1.structured_output.request import get_structured_output_key
 
 import grammar_guard
-from grammar_guard.core.engine import GrammarEngine
+from grammar_guard.core.engines.base import GrammarEngine
+from grammar_guard.core.engines.routed import RoutedEngine
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.routing import RoutedEngine
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key, spec_from_params
 
 grammar_guard.register()

@@ -1,7 +1,7 @@
 """GuardedGrammar: the guard as vLLM's per-request grammar, reporting the way vLLM needs.
 
 The guard's own rules (never raise, fault isolation, validate, rollback) are
-tested on :class:`~grammar_guard.core.guarded_matcher.GuardedMatcher` in
+tested on :class:`~grammar_guard.core.masks.guard.GuardedMatcher` in
 test_guarded_matcher.py; here is what the vLLM wrapper adds: an ended
 request's reason reaches its client through ``FAILURES`` and the operator
 through the log.
@@ -17,8 +17,8 @@ import torch
 from test_guarded_matcher import RaisingMatcher
 from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
 
-from grammar_guard.core.failures import FailureClass, decode
-from grammar_guard.core.spec import RequestKind
+from grammar_guard.core.request.failures import FailureClass, decode
+from grammar_guard.core.request.spec import RequestKind
 from grammar_guard.vllm_adapter.backend import GuardedGrammar
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 

@@ -12,7 +12,7 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.request import get_structured_output_key
 
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.vllm_adapter.request_spec import compile_options, spec_from_key, spec_from_params
 
 pytestmark = pytest.mark.seam

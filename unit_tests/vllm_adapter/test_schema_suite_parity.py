@@ -19,11 +19,11 @@ from unit_tests.conftest import COMPACT
 from unit_tests.xgrammar_acceptance import accepted, compile_schema
 from vllm.v1.structured_output.backend_xgrammar import has_xgrammar_unsupported_json_features
 
+from grammar_guard.core.engines.xgrammar.capabilities import XGRAMMAR
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.request.spec import GrammarSpec, RequestKind
 from grammar_guard.core.schema.analysis import analyze
-from grammar_guard.core.spec import GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_capabilities import XGRAMMAR
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
 
 # --- the JSON-Schema-Test-Suite -------------------------------------------------------
 

@@ -12,7 +12,7 @@ from vllm.config.structured_outputs import StructuredOutputsConfig
 
 import grammar_guard
 from grammar_guard.core import settings as settings_module
-from grammar_guard.core.input_limits import EXCERPT_CHARS
+from grammar_guard.core.errors import EXCERPT_CHARS
 from grammar_guard.core.settings import (
     KNOWN_VARIABLES,
     MAX_SECONDS,

@@ -21,13 +21,13 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from vllm.tokenizers.mistral import MistralTokenizer
 
-from grammar_guard.core.engine import GrammarEngine, TokenMatcher
-from grammar_guard.core.engine_factory import build_engine
-from grammar_guard.core.llguidance_engine import LLGuidanceEngine
+from grammar_guard.core.engines.base import GrammarEngine, TokenMatcher
+from grammar_guard.core.engines.factory import build_engine
+from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.engines.xgrammar.special_tokens import hf_special_token_ids
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.settings import EngineSelection
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
-from grammar_guard.core.xgrammar_special_tokens import hf_special_token_ids
 
 VOCAB_SIZE = 129280
 

@@ -18,8 +18,9 @@ from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 import grammar_guard
-from grammar_guard.core.bounded_lanes import SMALL_INPUT_CHARS, BoundedLanes, LaneSizes
-from grammar_guard.core.xgrammar_engine import XGrammarEngine
+from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.request.lanes import BoundedLanes, LaneSizes
+from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
 from grammar_guard.vllm_adapter import frontend
 
 grammar_guard.register()
@@ -111,7 +112,7 @@ def test_the_verdict_is_left_for_vllms_synchronous_validation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Large enough for the large lane, where the loop does not even build the spec.
-    choices = [f"choice-{index}" for index in range(SMALL_INPUT_CHARS // 8)]
+    choices = [f"choice-{index}" for index in range(SMALL_SPEC_CHARS // 8)]
     params = _params(choice=choices)
     error, _ = asyncio.run(_validate_while_ticking(params))
     assert error is None

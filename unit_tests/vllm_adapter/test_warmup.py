@@ -11,13 +11,13 @@ import pytest
 from unit_tests.conftest import COMPACT, SmallTokenizer
 from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
-from grammar_guard.core.cache import Admission
-from grammar_guard.core.compile_service import CompileService
-from grammar_guard.core.compilers import InThreadCompiler
+from grammar_guard.core.compile.cache_entries import Admission
+from grammar_guard.core.compile.in_thread import InThreadCompiler
+from grammar_guard.core.compile.warmup import WarmUp, WarmupResult, parse_warmup, read_warmup_file
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.service import CompileService
 from grammar_guard.core.settings import Settings
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.warmup import WarmUp, WarmupResult, parse_warmup, read_warmup_file
 from grammar_guard.vllm_adapter.request_spec import spec_from_key
 
 HANG_GUARD_S = 60.0

@@ -12,14 +12,14 @@ from grammar_guard.cli import check, stats, warm
 from grammar_guard.cli.inputs import FILE_KINDS, KIND_BY_EXTENSION
 from grammar_guard.cli.model import ModelArgs, ModelLoadError, load_engine
 from grammar_guard.cli.session import Session, settings_with
-from grammar_guard.core.engine import GrammarEngine
+from grammar_guard.core.engines.base import GrammarEngine
+from grammar_guard.core.request.spec import CompileOptions, RequestKind
 from grammar_guard.core.settings import (
     ENV_PREFIX,
     Settings,
     SettingsError,
     objects_open,
 )
-from grammar_guard.core.spec import CompileOptions, RequestKind
 
 # Warming is done ahead of serving, so a slow grammar gets time the server
 # would not give it; once stored, the server loads it instead of compiling.

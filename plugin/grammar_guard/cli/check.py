@@ -11,7 +11,7 @@ from pathlib import Path
 from grammar_guard.cli.inputs import InputError, kind_of, read_spec
 from grammar_guard.cli.session import Session
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
-from grammar_guard.core.spec import CompileOptions, RequestKind
+from grammar_guard.core.request.spec import CompileOptions, RequestKind
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 
 # What a file holds, by its extension; ``--kind`` overrides it.
 KIND_BY_EXTENSION: dict[str, RequestKind] = {

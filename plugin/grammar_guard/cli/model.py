@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grammar_guard.core.engine import GrammarEngine
+    from grammar_guard.core.engines.base import GrammarEngine
     from grammar_guard.core.settings import UnenforcedPolicy
 
 
@@ -37,7 +37,7 @@ def load_engine(args: ModelArgs, *, unenforced: UnenforcedPolicy) -> GrammarEngi
     from vllm.tokenizers import cached_tokenizer_from_config
     from vllm.utils.mistral import is_mistral_tokenizer
 
-    from grammar_guard.core.engine_factory import build_engine
+    from grammar_guard.core.engines.factory import build_engine
     from grammar_guard.core.settings import engine_selection_from_env
 
     try:

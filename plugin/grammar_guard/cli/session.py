@@ -7,9 +7,9 @@ import sys
 from collections.abc import Mapping
 from types import TracebackType
 
-from grammar_guard.core.compile_service import CompileService
-from grammar_guard.core.engine import GrammarEngine
-from grammar_guard.core.process_compile import make_compiler
+from grammar_guard.core.compile.workers import make_compiler
+from grammar_guard.core.engines.base import GrammarEngine
+from grammar_guard.core.service import CompileService
 from grammar_guard.core.settings import Settings
 
 

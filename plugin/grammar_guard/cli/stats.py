@@ -7,7 +7,7 @@ import json
 from collections import Counter as Tally
 from pathlib import Path
 
-from grammar_guard.core.disk_store import StoredFile, stored_files
+from grammar_guard.core.compile.disk_store import StoredFile, stored_files
 from grammar_guard.core.errors import shorten
 from grammar_guard.core.settings import MIB
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from grammar_guard.cli.check import classify
 from grammar_guard.cli.inputs import InputError, is_warmup_file, kind_of, read_spec
 from grammar_guard.cli.session import Session
+from grammar_guard.core.compile.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.core.errors import InvalidGrammarError, shorten
 from grammar_guard.core.metrics import Counter
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
-from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 
 _LABEL_CHARS = 60
 

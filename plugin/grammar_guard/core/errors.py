@@ -24,6 +24,23 @@ def shorten(text: str, limit: int = MAX_REASON_CHARS) -> str:
     return text[: limit - 3] + "..."
 
 
+# The most characters of a client's or an operator's text a message quotes:
+# enough to recognise it, too few for one value to flood a log.
+EXCERPT_CHARS = 200
+
+
+def quoted_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` as a Python string literal, cut after ``limit`` characters.
+
+    For messages and log lines that show text a client or an operator wrote:
+    escaped, it cannot start a log line of its own (a newline, a carriage
+    return, a terminal escape), and cut, it cannot flood one.
+    """
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 class InvalidGrammarError(ValueError):
     """The request's grammar cannot be compiled; retrying will not help."""
 

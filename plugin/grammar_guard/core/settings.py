@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from grammar_guard.core.input_limits import quoted_excerpt
-from grammar_guard.core.priority import MAX_NICENESS
+from grammar_guard.core.errors import quoted_excerpt
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +26,8 @@ T = TypeVar("T", int, float)
 
 ENV_PREFIX = "GRAMMAR_GUARD_"
 MIB = 1 << 20
+# The range of nice increments POSIX systems accept.
+MAX_NICENESS = 19
 # The lowest priority: compiles get the CPU the engine leaves them
 # (docs/head-of-line.md: the only setting that met the latency goal).
 DEFAULT_COMPILE_NICENESS = MAX_NICENESS

@@ -77,7 +77,7 @@ STRUCTURAL_TAG = {
     },
 }
 # vLLM's own structured-output test schema: its only pattern names a listed
-# property, which led llguidance into a dead end (core/listed_patterns.py).
+# property, which led llguidance into a dead end (core/engines/llguidance/listed_patterns.py).
 LISTED_PATTERN_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {

@@ -13,7 +13,7 @@ logits through float32. Two patches replace it for grammar-guard engines only:
    ``get_current_vllm_config()`` is not set in the worker at that point.
 2. The module-level name ``apply_grammar_bitmask`` in the runner module: for a
    grammar-guard runner, the mask rows are put in batch order with numpy and
-   applied by :class:`~grammar_guard.core.bitmask_apply.BitmaskApplier`;
+   applied by :class:`~grammar_guard.core.masks.apply.BitmaskApplier`;
    every other runner gets vLLM's function unchanged.
 
 The V1 runner is the one vLLM's CPU build runs, and the one a CUDA build runs
@@ -40,8 +40,8 @@ import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from grammar_guard import BACKEND_NAME
-from grammar_guard.core.bitmask import BITS_PER_WORD
-from grammar_guard.core.bitmask_apply import BitmaskApplier
+from grammar_guard.core.masks.apply import BitmaskApplier
+from grammar_guard.core.masks.layout import BITS_PER_WORD
 from grammar_guard.vllm_adapter.compat import MaskLayout, installed_release
 from grammar_guard.vllm_adapter.patching import cached_state
 

@@ -20,20 +20,19 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-from grammar_guard.core.bitmask import allocate_bitmask
-from grammar_guard.core.compile_service import CompileService
-from grammar_guard.core.engine import CompiledGrammar, TokenMatcher
-from grammar_guard.core.engine_factory import build_engine
-from grammar_guard.core.errors import MAX_REASON_CHARS, InvalidGrammarError
-from grammar_guard.core.failures import FailureClass
-from grammar_guard.core.guarded_matcher import GuardedMatcher
-from grammar_guard.core.inline_wait import InlineWaitBudget
-from grammar_guard.core.input_limits import quoted_excerpt
+from grammar_guard.core.compile.inline_wait import InlineWaitBudget
+from grammar_guard.core.compile.warmup import WarmUp, WarmupResult, read_warmup_file
+from grammar_guard.core.compile.workers import make_compiler
+from grammar_guard.core.engines.base import CompiledGrammar, TokenMatcher
+from grammar_guard.core.engines.factory import build_engine
+from grammar_guard.core.errors import MAX_REASON_CHARS, InvalidGrammarError, quoted_excerpt
+from grammar_guard.core.masks.guard import GuardedMatcher
+from grammar_guard.core.masks.layout import allocate_bitmask
 from grammar_guard.core.metrics import CacheMetrics
-from grammar_guard.core.process_compile import make_compiler
+from grammar_guard.core.request.failures import FailureClass
+from grammar_guard.core.request.spec import GrammarSpec
+from grammar_guard.core.service import CompileService
 from grammar_guard.core.settings import Settings
-from grammar_guard.core.spec import GrammarSpec
-from grammar_guard.core.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.vllm_adapter.failure_reporting import FAILURES
 from grammar_guard.vllm_adapter.fill_hook import RowQueue, queue_for
 from grammar_guard.vllm_adapter.metrics_export import SnapshotPublisher

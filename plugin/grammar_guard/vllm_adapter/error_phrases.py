@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from grammar_guard import BACKEND_NAME
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
-from grammar_guard.core.spec import RequestKind
+from grammar_guard.core.request.spec import RequestKind
 
 UNSUPPORTED_FEATURES = "The provided JSON schema contains features not supported by"
 _PHRASES = {

@@ -16,7 +16,7 @@ Two wrappers close that gap, both passing other traffic through untouched:
 - in the API process, ``AsyncLLM.generate`` raises the matching vLLM error
   when a finished output carries such a reason, so the server answers 400,
   408, 503 or 500 with the reason as the message (see
-  :class:`grammar_guard.core.failures.FailureClass`).
+  :class:`grammar_guard.core.request.failures.FailureClass`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from vllm.exceptions import (
 )
 from vllm.v1.engine import FinishReason
 
-from grammar_guard.core.failures import FailureClass, FailureLog, decode
+from grammar_guard.core.request.failures import FailureClass, FailureLog, decode
 from grammar_guard.vllm_adapter.compat import installed_release
 
 # One per engine-core process: the backend records, the scheduler wrapper takes.

@@ -8,7 +8,7 @@ of them, so this hook re-implements none. It only changes *when* a grammar
 row is filled: during the call, :meth:`GuardedGrammar.fill_bitmask
 <grammar_guard.vllm_adapter.backend.GuardedGrammar.fill_bitmask>` queues its
 row instead of filling it, and the queue is filled in one batch by core's
-:class:`~grammar_guard.core.bitmask_fill.BitmaskFiller` (native batch calls,
+:class:`~grammar_guard.core.masks.fill.BitmaskFiller` (native batch calls,
 threads when the rows are costly) when vLLM's loop returns.
 
 A queued row must be filled from the grammar state vLLM filled it in. vLLM
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from grammar_guard.core.bitmask_fill import BitmaskFiller, FillStrategy, FillTarget, RowFill
+from grammar_guard.core.masks.fill import BitmaskFiller, FillStrategy, FillTarget, RowFill
 from grammar_guard.vllm_adapter.patching import cached_state
 
 if TYPE_CHECKING:

@@ -39,11 +39,12 @@ from vllm.exceptions import VLLMValidationError
 from vllm.logger import init_logger
 
 from grammar_guard import BACKEND_NAME
-from grammar_guard.core.bounded_lanes import SMALL_INPUT_CHARS, BoundedLanes, bounded_size
-from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.input_limits import quoted_excerpt
+from grammar_guard.core.engines.routing import route
+from grammar_guard.core.errors import InvalidGrammarError, quoted_excerpt
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
-from grammar_guard.core.routing import route
+from grammar_guard.core.request.lanes import BoundedLanes, bounded_size
+from grammar_guard.core.request.memo import SpecMemo
+from grammar_guard.core.request.spec import SMALL_SPEC_CHARS, CompileOptions, GrammarSpec
 from grammar_guard.core.schema.findings import Finding, iter_labels
 from grammar_guard.core.settings import (
     EngineSelection,
@@ -52,8 +53,6 @@ from grammar_guard.core.settings import (
     engine_selection_from_env,
     unenforced_policy_from_env,
 )
-from grammar_guard.core.spec import CompileOptions, GrammarSpec
-from grammar_guard.core.spec_memo import SpecMemo
 from grammar_guard.vllm_adapter.error_phrases import refusal_message
 from grammar_guard.vllm_adapter.metrics_export import add_local_source
 from grammar_guard.vllm_adapter.patching import plugin_state
@@ -148,13 +147,13 @@ def _verdict(
     """The verdict on a request's grammar, at once if it is small and known; else its future.
 
     A small input is turned into its spec on the caller's thread (its text
-    is at most :data:`SMALL_INPUT_CHARS`), so a repeated spec is answered
+    is at most :data:`SMALL_SPEC_CHARS`), so a repeated spec is answered
     from memory without a hop; anything else is judged in a lane. Raises
     :class:`InvalidGrammarError` for a known refusal or a full lane.
     """
     policy, selection = unenforced_policy_from_env(), engine_selection_from_env()
-    size = bounded_size(requested_value(structured), SMALL_INPUT_CHARS)
-    if size >= SMALL_INPUT_CHARS:
+    size = bounded_size(requested_value(structured), SMALL_SPEC_CHARS)
+    if size >= SMALL_SPEC_CHARS:
         return _lanes.submit(
             size, lambda: _judge(spec_from_params(structured, options), policy, selection)
         )

@@ -15,8 +15,8 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.request import get_structured_output_key
 
 from grammar_guard.core.errors import InvalidGrammarError
+from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.settings import objects_open
-from grammar_guard.core.spec import CompileOptions, GrammarSpec, RequestKind
 
 _KIND_BY_OPTION = {
     StructuredOutputOptions.JSON: RequestKind.JSON_SCHEMA,

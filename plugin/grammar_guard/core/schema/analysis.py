@@ -11,7 +11,7 @@ enforce, with its location as a JSON pointer into the schema.
 
 Engine-agnostic: what the engine enforces comes from an
 :class:`EngineCapabilities` object (xgrammar's is
-:data:`grammar_guard.core.xgrammar_capabilities.XGRAMMAR`); nothing here
+:data:`grammar_guard.core.engines.xgrammar.capabilities.XGRAMMAR`); nothing here
 imports an engine. The schema is read with draft 2020-12 semantics.
 
 The analysis is deliberately one-sided: a keyword is passed only when the

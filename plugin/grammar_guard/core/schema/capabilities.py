@@ -1,7 +1,7 @@
 """What a grammar engine enforces of draft 2020-12, as data the analysis reads.
 
 Each engine supplies one :class:`EngineCapabilities` (xgrammar's is
-:data:`grammar_guard.core.xgrammar_capabilities.XGRAMMAR`), so the analysis
+:data:`grammar_guard.core.engines.xgrammar.capabilities.XGRAMMAR`), so the analysis
 itself never imports an engine.
 """
 

@@ -8,7 +8,7 @@ refuses valid strings. Written out as explicit classes, both mean what
 ECMA-262 means: llguidance enforces them exactly, and xgrammar, which keeps
 the tab and line feed of a class out (it would write them raw), refuses
 only valid strings, so routing prefers llguidance for them
-(:func:`~grammar_guard.core.xgrammar_cost.xgrammar_over_constrains`).
+(:func:`~grammar_guard.core.engines.xgrammar.cost.xgrammar_over_constrains`).
 
 The scan is linear and reads only what it must: escapes, and where a
 character class starts and ends. A pattern it cannot write out exactly is

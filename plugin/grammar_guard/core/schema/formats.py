@@ -69,7 +69,7 @@ refuses valid values and never accepts an invalid one:
 Unknown formats are left out: there is nothing to enforce; in 2020-12 they
 are annotations, and the rewrite drops them.
 
-Engine notes (measured; unit_tests/core/test_format_patterns.py pins them):
+Engine notes (measured; unit_tests/core/schema/test_format_patterns.py pins them):
 
 - xgrammar matches a pattern against the raw JSON text, so it never writes a
   character JSON escapes (``"``, ``\\``, U+0000-U+001F): it refuses the valid

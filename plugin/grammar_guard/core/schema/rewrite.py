@@ -84,7 +84,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from grammar_guard.core.errors import InvalidGrammarError
-from grammar_guard.core.input_limits import check_json_value
+from grammar_guard.core.request.limits import check_json_value
 from grammar_guard.core.schema.all_of_merge import AllOfMerger, MergeTooCostly
 from grammar_guard.core.schema.boolean_forms import combinators_as_any_of
 from grammar_guard.core.schema.boolean_subschemas import booleans_written

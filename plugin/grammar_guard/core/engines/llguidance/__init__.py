@@ -1,0 +1,1 @@
+"""The llguidance binding: llguidance is imported only in this package."""

@@ -1,0 +1,1 @@
+"""The xgrammar binding: xgrammar is imported only in this package."""
