@@ -129,6 +129,13 @@ from grammar_guard.core.schema.format_uris import (
 
 # --- the table ----------------------------------------------------------------
 
+# The formats draft 2020-12 defines: those this module may hold a pattern for.
+DEFINED_FORMATS = (
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
+    "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference",
+    "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
+)  # fmt: skip
+
 FORMAT_PATTERNS: Mapping[str, str] = MappingProxyType(
     {
         "date": whole(FULL_DATE),

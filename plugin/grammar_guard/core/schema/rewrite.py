@@ -98,7 +98,7 @@ from grammar_guard.core.schema.exclusive_one_of import (
     narrowed_one_of_as_any_of,
 )
 from grammar_guard.core.schema.facts import SchemaFacts
-from grammar_guard.core.schema.formats import format_max_length, format_pattern
+from grammar_guard.core.schema.formats import DEFINED_FORMATS, format_max_length, format_pattern
 from grammar_guard.core.schema.local_references import references_as_pointers
 from grammar_guard.core.schema.named_values import named_values_decided
 from grammar_guard.core.schema.negation import negation_rewritten
@@ -113,12 +113,6 @@ from grammar_guard.core.schema.untyped import split_by_type
 from grammar_guard.core.schema.values import count_values
 from grammar_guard.core.schema.vocabulary import ANNOTATIONS, subschemas
 
-# The formats draft 2020-12 defines: those formats.py may hold a pattern for.
-DEFINED_FORMATS = (
-    "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
-    "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference",
-    "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
-)  # fmt: skip
 _RULES = (
     "references-as-pointers,boolean-subschemas,named-values-decided,patterns-matched,unique-items-listed,all-of-merged,untyped-split,format-as-pattern,whole-counts,unknown-formats-dropped,"
     "negation:5,dependencies-any-of:3,combinators-any-of:4,unevaluated-as-adjacent,"
