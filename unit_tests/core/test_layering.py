@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("request",),
     # The schema rewrites read request values (with the request's limits) and
     # raise the client's errors; the analysis beneath them needs neither.
-    ("schema.rewrite",),
+    ("schema.rewrite", "schema.rewrite_walks"),
     ("engines.base", "engines.threads", "engines.refusals", "engines.fingerprint"),
     ("engines.xgrammar", "engines.llguidance"),
     ("engines.routing",),

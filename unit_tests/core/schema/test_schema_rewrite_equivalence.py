@@ -39,8 +39,8 @@ from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT202012
 
-from grammar_guard.core.schema.formats import format_max_length, format_pattern
-from grammar_guard.core.schema.rewrite import DEFINED_FORMATS, rewrite_schema
+from grammar_guard.core.schema.formats import DEFINED_FORMATS, format_max_length, format_pattern
+from grammar_guard.core.schema.rewrite import rewrite_schema
 from grammar_guard.core.schema.vocabulary import subschemas
 
 SUITE = SAMPLE_DATA_DIR / "json-schema-test-suite"

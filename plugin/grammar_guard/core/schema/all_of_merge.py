@@ -22,18 +22,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from grammar_guard.core.schema.all_of_combiners import (
+    COMBINERS,
+    Unmergeable,
+    all_dicts,
+    dict_or_fail,
+    list_or_fail,
+    union_keys,
+)
 from grammar_guard.core.schema.vacuity import can_fail
-from grammar_guard.core.schema.values import is_number, json_equal
-from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL, TYPE_KINDS
+from grammar_guard.core.schema.values import json_equal
+from grammar_guard.core.schema.vocabulary import ANNOTATIONS, KNOWN_KEYWORDS, STRUCTURAL
 
 # The target of a local reference, already rewritten; None: it cannot be used here.
 Resolver = Callable[[str], Any]
 
 # Keywords that read what other keywords of the same schema evaluated.
 _UNEVALUATED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
-# Keywords combined by keeping the largest (lower bounds) or smallest (upper bounds) value.
-_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
-_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"})
 # Keywords that read each other, merged as a unit.
 _OBJECT_GROUP = ("properties", "patternProperties", "additionalProperties")
 _ARRAY_GROUP = ("prefixItems", "items")
@@ -46,10 +51,6 @@ _GROUP_OF = {
 
 class MergeTooCostly(Exception):
     """The merges of one document took more steps than its budget allows."""
-
-
-class _Unmergeable(Exception):
-    """These parts have no single equivalent schema this module can write."""
 
 
 class AllOfMerger:
@@ -71,7 +72,7 @@ class AllOfMerger:
         parent = {key: value for key, value in node.items() if key != "allOf"}
         try:
             merged = self._merge([parent, *branches], parent_reads_annotations=True)
-        except _Unmergeable:
+        except Unmergeable:
             return None
         if merged is True:
             return {}  # every part accepts anything, the parent too
@@ -81,12 +82,12 @@ class AllOfMerger:
         """One schema holding exactly when each of ``schemas`` does (an ``allOf`` if need be)."""
         schemas = list(schemas)
         if not all(isinstance(schema, dict | bool) for schema in schemas):
-            raise _Unmergeable  # not schemas (draft-07's tuple "items", say): nothing to write
+            raise Unmergeable  # not schemas (draft-07's tuple "items", say): nothing to write
         if len(schemas) == 1:
             return schemas[0]
         try:
             return self._merge(schemas)
-        except _Unmergeable:
+        except Unmergeable:
             return {"allOf": schemas}
 
     # --- the parts
@@ -138,10 +139,10 @@ class AllOfMerger:
                 if part is True:
                     continue
                 if not isinstance(part, dict) or "allOf" in part:
-                    raise _Unmergeable  # not a schema, or an allOf that could not be merged
+                    raise Unmergeable  # not a schema, or an allOf that could not be merged
                 parent = parent_reads_annotations and index == depth == 0
                 if part.keys() & _UNEVALUATED and not parent:
-                    raise _Unmergeable
+                    raise Unmergeable
                 if index or parts:
                     part = {k: v for k, v in part.items() if k not in STRUCTURAL}
                 parts.append(part)
@@ -153,11 +154,11 @@ class AllOfMerger:
         while isinstance(schema, dict) and "$ref" in schema:
             ref = schema["$ref"]
             if not isinstance(ref, str) or ref in followed:
-                raise _Unmergeable  # a cycle of references with nothing in between
+                raise Unmergeable  # a cycle of references with nothing in between
             followed.add(ref)
             target = self._resolve(ref)
             if target is None:
-                raise _Unmergeable
+                raise Unmergeable
             yield {key: value for key, value in schema.items() if key != "$ref"}
             schema = target
         yield schema
@@ -172,20 +173,18 @@ class AllOfMerger:
             return first  # an unknown keyword is an annotation in 2020-12
         if all(json_equal(first, other) for other in values[1:]):
             return first
-        combine = _COMBINERS.get(key)
+        combine = COMBINERS.get(key)
         if combine is not None:
             return combine(values)
         if key in ("propertyNames", "dependentSchemas"):
             return self._conjoined_schemas(key, values)
-        raise _Unmergeable
+        raise Unmergeable
 
     def _conjoined_schemas(self, key: str, values: list[Any]) -> Any:
         if key == "propertyNames":
             return self.conjoin(values)
-        maps = _all_dicts(values)
-        return {
-            name: self.conjoin(m[name] for m in maps if name in m) for name in _union_keys(maps)
-        }
+        maps = all_dicts(values)
+        return {name: self.conjoin(m[name] for m in maps if name in m) for name in union_keys(maps)}
 
     # --- keywords that read each other
 
@@ -200,7 +199,7 @@ class AllOfMerger:
         sections = [{key: side[key] for key in group if key in side} for side in sides]
         if all(json_equal(sections[0], other) for other in sections[1:]):
             return sections[0]
-        raise _Unmergeable
+        raise Unmergeable
 
     def _object_group(self, sides: list[dict[str, Any]]) -> dict[str, Any]:
         """``properties``, ``patternProperties`` and ``additionalProperties`` of several parts.
@@ -214,8 +213,8 @@ class AllOfMerger:
         which names a pattern matches decides what the additional schema
         covers: that is not merged.
         """
-        properties = [_dict_or_fail(side.get("properties", {})) for side in sides]
-        patterns = [_dict_or_fail(side.get("patternProperties", {})) for side in sides]
+        properties = [dict_or_fail(side.get("properties", {})) for side in sides]
+        patterns = [dict_or_fail(side.get("patternProperties", {})) for side in sides]
         closing = [
             side
             for side in sides
@@ -223,17 +222,17 @@ class AllOfMerger:
             and can_fail("additionalProperties", side["additionalProperties"], side)
         ]
         if closing and any(patterns):
-            raise _Unmergeable
+            raise Unmergeable
         merged: dict[str, Any] = {}
         if any("properties" in side for side in sides):
             merged["properties"] = {
                 name: self.conjoin(_property_schemas(name, sides, properties, closing))
-                for name in _union_keys(properties)
+                for name in union_keys(properties)
             }
         if any("patternProperties" in side for side in sides):
             merged["patternProperties"] = {
                 pattern: self.conjoin(m[pattern] for m in patterns if pattern in m)
-                for pattern in _union_keys(patterns)
+                for pattern in union_keys(patterns)
             }
         if closing:
             additional = self.conjoin(side["additionalProperties"] for side in closing)
@@ -260,7 +259,7 @@ class AllOfMerger:
         Past a part's own ``prefixItems`` its ``items`` applies (or nothing),
         so a position gets the conjunction of what each part says of it.
         """
-        prefixes = [_list_or_fail(side.get("prefixItems", [])) for side in sides]
+        prefixes = [list_or_fail(side.get("prefixItems", [])) for side in sides]
         merged: dict[str, Any] = {}
         if any("prefixItems" in side for side in sides):
             merged["prefixItems"] = [
@@ -290,114 +289,8 @@ def _property_schemas(
             yield side["additionalProperties"]
 
 
-# --- combining one keyword's values ---------------------------------------------------
-
-
-def _types(values: list[Any]) -> Any:
-    """The types every part allows; "number" and "integer" meet in "integer"."""
-    lists = [[value] if isinstance(value, str) else value for value in values]
-    if not all(
-        isinstance(names, list) and all(isinstance(n, str) and n in TYPE_KINDS for n in names)
-        for names in lists
-    ):
-        raise _Unmergeable
-    allowed = [set().union(*(TYPE_KINDS[name] for name in names)) for names in lists]
-    kinds = set.intersection(*allowed)
-    common: list[str] = []
-    for name in lists[0]:
-        if name == "number" and "fraction" not in kinds:
-            name = "integer"  # a number type met an integer type
-        if TYPE_KINDS[name] <= kinds and name not in common:
-            common.append(name)
-    if not common:
-        raise _Unmergeable  # no value has every type: unsatisfiable, left to the engines
-    return common[0] if len(common) == 1 else common
-
-
-def _enums(values: list[Any]) -> list[Any]:
-    lists = [value for value in values if isinstance(value, list)]
-    if len(lists) != len(values):
-        raise _Unmergeable
-    common = [v for v in lists[0] if all(any(json_equal(v, w) for w in other) for other in lists)]
-    if not common:
-        raise _Unmergeable  # unsatisfiable, left to the engines
-    return common
-
-
-def _tightest(pick: Callable[[Iterable[Any]], Any]) -> Callable[[list[Any]], Any]:
-    def combine(values: list[Any]) -> Any:
-        if not all(is_number(value) for value in values):
-            raise _Unmergeable
-        return pick(values)
-
-    return combine
-
-
-def _multiple_of(values: list[Any]) -> Any:
-    """The largest divisor, if it is a multiple of every other one (integers only).
-
-    Fractional divisors are left alone: validators test them in floating
-    point, where 0.3 being a multiple of 0.1 is not a given.
-    """
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        raise _Unmergeable
-    largest = max(values)
-    if any(largest % value for value in values):
-        raise _Unmergeable
-    return largest
-
-
-def _required(values: list[Any]) -> list[Any]:
-    if not all(isinstance(value, list) for value in values):
-        raise _Unmergeable
-    return list(dict.fromkeys(name for value in values for name in value))
-
-
-def _unique_items(values: list[Any]) -> bool:
-    if not all(isinstance(value, bool) for value in values):
-        raise _Unmergeable
-    return any(values)
-
-
-def _dependent_required(values: list[Any]) -> dict[str, Any]:
-    maps = _all_dicts(values)
-    return {name: _required([m[name] for m in maps if name in m]) for name in _union_keys(maps)}
-
-
-_COMBINERS: dict[str, Callable[[list[Any]], Any]] = {
-    "type": _types,
-    "enum": _enums,
-    **dict.fromkeys(_LOWER_BOUNDS, _tightest(max)),
-    **dict.fromkeys(_UPPER_BOUNDS, _tightest(min)),
-    "multipleOf": _multiple_of,
-    "required": _required,
-    "uniqueItems": _unique_items,
-    "dependentRequired": _dependent_required,
-}
-
-
 # --- helpers -----------------------------------------------------------------------------
 
 
 def _keys_in_order(parts: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(key for part in parts for key in part))
-
-
-def _union_keys(maps: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(key for m in maps for key in m))
-
-
-def _all_dicts(values: list[Any]) -> list[dict[str, Any]]:
-    return [_dict_or_fail(value) for value in values]
-
-
-def _dict_or_fail(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Unmergeable
-    return value
-
-
-def _list_or_fail(value: Any) -> list[Any]:
-    if not isinstance(value, list):
-        raise _Unmergeable
-    return value

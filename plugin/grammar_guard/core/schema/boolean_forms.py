@@ -50,20 +50,12 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from grammar_guard.core.schema.class_run_complement import run_complement
-from grammar_guard.core.schema.dependencies import admits_no_object
-from grammar_guard.core.schema.evaluate import values_split
-from grammar_guard.core.schema.negation import (
-    MAX_NAMED_VALUES,
-    negation_rewritten,
-    types_outside,
-    values_outside,
-)
-from grammar_guard.core.schema.pattern_complement import automaton_complement
+from grammar_guard.core.schema.boolean_literals import MAX_LITERALS, literals_of
+from grammar_guard.core.schema.empty_types import without_empty_types
+from grammar_guard.core.schema.property_negations import values_decided
 from grammar_guard.core.schema.vacuity import can_fail
-from grammar_guard.core.schema.values import count_values, is_number, type_names
+from grammar_guard.core.schema.values import count_values, type_names
 from grammar_guard.core.schema.vocabulary import (
-    ALL_TYPES,
     ANNOTATIONS,
     KNOWN_KEYWORDS,
     STRUCTURAL,
@@ -78,7 +70,6 @@ MAX_BRANCHES = 16
 # Terms while reading: several often merge into one branch (an object lacking
 # a name, and one whose properties forbid it), so more are read than written.
 _MAX_TERMS = 64
-_MAX_LITERALS = 64  # in one term
 # Keywords xgrammar reads alone: a node holding one is left as written.
 _EXCLUSIVE = frozenset({"$ref", "$dynamicRef", "const", "enum", "allOf"})
 # The combinators this module writes out, and the keywords read with them.
@@ -91,42 +82,6 @@ _READ_TOGETHER = (
     frozenset({"prefixItems", "items", "unevaluatedItems"}),
     frozenset({"contains", "minContains", "maxContains"}),
 )
-# Bounds and the type each applies to: a lower one fails below, an upper one above.
-_BOUNDS: dict[str, tuple[str, str]] = {
-    # keyword: (the type it constrains, the keyword of its complement)
-    "minimum": ("number", "exclusiveMaximum"),
-    "exclusiveMinimum": ("number", "maximum"),
-    "maximum": ("number", "exclusiveMinimum"),
-    "exclusiveMaximum": ("number", "minimum"),
-}
-_COUNTS: dict[str, tuple[str, str, int]] = {
-    # keyword: (the type it constrains, the keyword of its complement, the shift)
-    "minLength": ("string", "maxLength", -1),
-    "maxLength": ("string", "minLength", 1),
-    "minItems": ("array", "maxItems", -1),
-    "maxItems": ("array", "minItems", 1),
-    "minProperties": ("object", "maxProperties", -1),
-    "maxProperties": ("object", "minProperties", 1),
-}
-# Lower and upper bounds of each type, for branches they leave empty.
-_RANGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "number": (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")),
-    "string": (("minLength",), ("maxLength",)),
-    "array": (("minItems",), ("maxItems",)),
-    "object": (("minProperties",), ("maxProperties",)),
-}
-# The keywords of each type a branch without values of that type no longer needs.
-_KEYWORDS_OF = {
-    key: kind
-    for kind, keys in (
-        ("number", ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "multipleOf")),
-        ("string", ("minLength", "maxLength", "pattern", "format")),
-        ("array", ("minItems", "maxItems", "items", "prefixItems", "contains", "uniqueItems")),
-        ("object", ("minProperties", "maxProperties", "required", "properties",
-                    "additionalProperties", "patternProperties", "propertyNames")),
-    )
-    for key in keys
-}  # fmt: skip
 # The written size the anyOf may reach, as dependencies.py bounds its own.
 _GROWTH = 2
 _GROWTH_SLACK = 256
@@ -139,8 +94,6 @@ class _Inexpressible(Exception):
 
 # A literal as one schema: (its identity, whether negated, the schema it stands for).
 _Literal = tuple[str, bool, Any]
-# A literal as a keyword reads: (identity, whether negated, its schema, its complement).
-_Definition = tuple[str, bool, Any, Any]
 _Term = tuple[_Literal, ...]
 
 
@@ -179,10 +132,10 @@ def combinators_as_any_of(
             continue  # no type in common with the rest of the node: no value
         joined = conjoin([rest, *(schema for _, _, schema in term)])
         for part in _spread(joined, conjoin):
-            branch = _values_decided(part)
+            branch = values_decided(part)
             if branch is None:
                 return None  # a property value's complement left as a `not`
-            branch = _without_empty_types(branch)
+            branch = without_empty_types(branch)
             if isinstance(branch, dict) and "allOf" in branch:
                 return None  # the parts do not merge into one schema
             if branch is not False:
@@ -249,7 +202,9 @@ def _parts(schema: dict[str, Any]) -> Iterator[tuple[str, Any]]:
             continue
         if _neutral(key) or not can_fail(key, value, schema):
             continue
-        literals = _literals(key, value, objects_only=type_names(schema.get("type")) == ("object",))
+        literals = literals_of(
+            key, value, objects_only=type_names(schema.get("type")) == ("object",)
+        )
         if literals is not None:
             for literal in literals:
                 yield "literal", literal
@@ -349,7 +304,7 @@ def _joined(within: list[_Term], literal: _Literal) -> list[_Term]:
     kinds = _kinds_of(schema)
     joined = []
     for term in within:
-        if len(term) >= _MAX_LITERALS:
+        if len(term) >= MAX_LITERALS:
             raise _Inexpressible  # each join reads the term: bounded, or quadratic in the request
         held = {(i, n) for i, n, _ in term}
         if (identity, not negated) in held:
@@ -376,218 +331,6 @@ def _kinds_of(schema: Any) -> set[str] | None:
     """The kinds of value (``TYPE_KINDS``) a literal's ``type`` admits; None: all of them."""
     names = type_names(schema.get("type")) if isinstance(schema, dict) else None
     return None if names is None else set().union(*(TYPE_KINDS[name] for name in names))
-
-
-# --- literals and their complements
-
-
-def _literals(key: str, value: Any, *, objects_only: bool) -> list[_Definition] | None:
-    """``key: value`` as literals; None: it is not one.
-
-    ``objects_only``: the schema holding it is of type ``object``, where a
-    property forbidden is exactly the complement of the name required, and
-    is written as that, so that the two are seen to exclude each other.
-    """
-    if key == "type":
-        outside = types_outside(value)
-        if outside is None:
-            return None
-        complement = {"type": list(outside)} if outside else False
-        return [(_identity(key, value), False, {key: value}, complement)]
-    names = value if key in ("required", "properties") and isinstance(value, list | dict) else ()
-    if len(names) > _MAX_LITERALS:
-        return None  # one literal a name: past the bound, the keyword is kept whole
-    if key == "required" and isinstance(value, list) and all(isinstance(n, str) for n in value):
-        return [
-            (_required(name), False, {key: [name]}, _object({"properties": {name: False}}))
-            for name in dict.fromkeys(value)
-        ]
-    if key == "properties" and isinstance(value, dict) and value:
-        outside = {name: _entry_complement(entry) for name, entry in value.items()}
-        if all(complement is not None for complement in outside.values()):
-            return [
-                (
-                    _identity(key, {name: entry}),
-                    False,
-                    {key: {name: entry}},
-                    _object({"required": [name], "properties": {name: outside[name]}}),
-                )
-                for name, entry in value.items()
-            ]
-        if not all(entry is False for entry in value.values()):
-            return None
-        if objects_only:
-            return [
-                (_required(name), True, _object({key: {name: False}}), {"required": [name]})
-                for name in value
-            ]
-        return [
-            (
-                f"absent={json.dumps(name)}",
-                False,
-                {key: {name: False}},
-                _object({"required": [name]}),
-            )
-            for name in value
-        ]
-    if key in ("const", "enum"):
-        named = [value] if key == "const" else value
-        outside = values_outside(named, ALL_TYPES) if isinstance(named, list) and named else None
-        return None if outside is None else [(_identity(key, value), False, {key: value}, outside)]
-    if key == "pattern" and isinstance(value, str):
-        outside = run_complement(value) or automaton_complement(value)
-        if outside is None:
-            return None
-        return [(_identity(key, value), False, {key: value}, {"type": "string", key: outside})]
-    if key in _BOUNDS and is_number(value):
-        kind, opposite = _BOUNDS[key]
-        return [(_identity(key, value), False, {key: value}, {"type": kind, opposite: value})]
-    if key in _COUNTS and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        kind, opposite, shift = _COUNTS[key]
-        bound = value + shift
-        complement = {"type": kind, opposite: bound} if bound >= 0 else False
-        return [(_identity(key, value), False, {key: value}, complement)]
-    return None
-
-
-def _entry_complement(entry: Any) -> Any:
-    """What a property's value is when it fails a ``properties`` entry; None: not said here.
-
-    For an entry of named values (``const``, ``enum``), their ``not``, which
-    :func:`_values_decided` writes out once merged with the node's own entry;
-    for an entry of types alone, the other types.
-    """
-    if not isinstance(entry, dict) or not all(
-        key in ("const", "enum", "type") or key in ANNOTATIONS for key in entry
-    ):
-        return None
-    if entry.keys() & {"const", "enum"}:
-        return {"not": entry}
-    if "type" not in entry:
-        return None
-    others = types_outside(entry["type"])
-    if not others:
-        return None  # a malformed type, or one that every value has
-    return {"type": list(others) if len(others) > 1 else others[0]}
-
-
-def _values_decided(branch: Any) -> Any:
-    """``branch`` with the ``not`` of each property value written as the values it leaves.
-
-    A complement of named values (``"not": {"const": true}``) becomes, merged
-    with what the node says of the property (``"type": "boolean"``), the
-    values left. None where a ``not`` cannot be written so (a string not
-    among some): the node stays as written.
-    """
-    properties = branch.get("properties") if isinstance(branch, dict) else None
-    if not isinstance(properties, dict):
-        return branch
-    decided = {}
-    for name, entry in properties.items():
-        if isinstance(entry, dict) and entry.keys() & {"not", "allOf"}:
-            entry = _entry_decided(entry)
-            if entry is None:
-                return None
-        decided[name] = entry
-    return {**branch, "properties": decided} if decided != properties else branch
-
-
-def _entry_decided(entry: dict[str, Any]) -> Any:
-    """A merged property entry with its ``not``\\ s written out; None where one stays.
-
-    Several complements of one property merge into an ``allOf`` of ``not``\\ s
-    beside the values the node names: those values are then decided one by
-    one against the whole entry (:func:`evaluate.validates`), and the entry
-    is the ``enum`` of those that pass.
-    """
-    named = _named_values(entry)
-    if named is not None:
-        split = values_split(named, entry)
-        if split is None:
-            return None
-        left, _ = split
-        return {"enum": left} if left else False
-    if "not" not in entry:
-        return entry  # an allOf of the client's own, left as it was
-    written = negation_rewritten(entry)
-    return None if written is None or (isinstance(written, dict) and "not" in written) else written
-
-
-def _named_values(entry: dict[str, Any]) -> list[Any] | None:
-    """The values an entry names (its ``const`` or ``enum``, or an ``allOf`` part's), if few."""
-    for part in [entry, *(entry.get("allOf") or [])]:
-        if not isinstance(part, dict):
-            continue
-        named = [part["const"]] if "const" in part else part.get("enum")
-        if isinstance(named, list) and len(named) <= MAX_NAMED_VALUES:
-            return named
-    return None
-
-
-def _identity(key: str, value: Any) -> str:
-    return f"{key}={json.dumps(value, sort_keys=True)}"
-
-
-def _required(name: str) -> str:
-    return f"required={json.dumps(name)}"
-
-
-def _object(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", **schema}
-
-
-# --- branches no value of a type passes
-
-
-def _without_empty_types(branch: Any) -> Any:
-    """``branch`` without the types it admits no value of (``false`` if none is left).
-
-    Such a branch (``minimum`` 3 and ``exclusiveMaximum`` 3, a name both
-    required and forbidden: a literal joined with a neighbour's complement)
-    is exact, but an engine refuses a schema that holds it: the values of
-    that type are dropped instead.
-    """
-    if not isinstance(branch, dict):
-        return branch
-    empty = [kind for kind in _RANGES if _range_empty(branch, kind)]
-    if "object" not in empty and (admits_no_object(branch) or _too_many_required(branch)):
-        empty.append("object")
-    if not empty:
-        return branch
-    declared = branch.get("type", list(ALL_TYPES))
-    names = [declared] if isinstance(declared, str) else declared
-    if not isinstance(names, list):
-        return branch  # a malformed type, for the engine to report
-    dropped = {*empty, *(("integer",) if "number" in empty else ())}
-    left = [name for name in names if name not in dropped]
-    if not left:
-        return False
-    kept = {
-        key: value
-        for key, value in branch.items()
-        if key not in _KEYWORDS_OF or _KEYWORDS_OF[key] not in empty
-    }
-    return {**kept, "type": left if len(left) > 1 else left[0]}
-
-
-def _too_many_required(branch: dict[str, Any]) -> bool:
-    """Whether ``branch`` requires more names than its ``maxProperties`` lets an object have."""
-    required, most = branch.get("required"), branch.get("maxProperties")
-    if not isinstance(required, list) or not isinstance(most, int) or isinstance(most, bool):
-        return False
-    return len({name for name in required if isinstance(name, str)}) > most
-
-
-def _range_empty(branch: dict[str, Any], kind: str) -> bool:
-    lows, highs = _RANGES[kind]
-    for low_key, high_key in itertools.product(lows, highs):
-        low, high = branch.get(low_key), branch.get(high_key)
-        if not (is_number(low) and is_number(high)):
-            continue
-        exclusive = low_key.startswith("exclusive") or high_key.startswith("exclusive")
-        if low > high or (low == high and exclusive):
-            return True
-    return False
 
 
 def _neutral(key: str) -> bool:

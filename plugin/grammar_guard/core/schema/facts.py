@@ -4,21 +4,15 @@ values and the properties an object must have, or may have at most."""
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
+from grammar_guard.core.schema.bound_intervals import BOUND_FAMILIES, EVERY_NUMBER, Interval
 from grammar_guard.core.schema.evaluate import validates
 from grammar_guard.core.schema.pattern_overlap import patterns_overlap
 from grammar_guard.core.schema.pattern_starts import first_chars
 from grammar_guard.core.schema.pointers import MISSING, resolve_pointer
-from grammar_guard.core.schema.values import (
-    canonical,
-    expand_number,
-    is_number,
-    json_type,
-    type_set,
-)
+from grammar_guard.core.schema.values import canonical, expand_number, json_type, type_set
 from grammar_guard.core.schema.vocabulary import JSON_TYPES, closed_object_names
 
 _Fact = TypeVar("_Fact")
@@ -36,50 +30,6 @@ _MAX_EVALUATIONS = 128
 _MAX_OVERLAP_WORK = 10_000
 # Each pattern read once however many branches it is compared with.
 _first_chars = functools.lru_cache(maxsize=256)(first_chars)
-
-
-class Interval(NamedTuple):
-    """The numbers a bound keyword family leaves: from ``low`` to ``high``, each end open or not."""
-
-    low: float
-    low_open: bool
-    high: float
-    high_open: bool
-
-    def tightened(self, low: Any, low_open: bool, high: Any, high_open: bool) -> Interval:
-        """This interval within the bounds given (a bound that is no number says nothing)."""
-        result = self
-        if is_number(low) and (low > result.low or (low == result.low and low_open)):
-            result = result._replace(low=low, low_open=low_open)
-        if is_number(high) and (high < result.high or (high == result.high and high_open)):
-            result = result._replace(high=high, high_open=high_open)
-        return result
-
-    def disjoint(self, other: Interval) -> bool:
-        def below(first: Interval, second: Interval) -> bool:
-            return first.high < second.low or (
-                first.high == second.low and (first.high_open or second.low_open)
-            )
-
-        return below(self, other) or below(other, self)
-
-
-EVERY_NUMBER = Interval(-math.inf, False, math.inf, False)
-# The bounds of each type family: (types, lower, upper, exclusive lower, exclusive upper).
-# Values of other types pass them whatever they say, so ranges tell two
-# schemas apart only where every value both allow is of the family's types.
-_BOUND_FAMILIES: tuple[tuple[frozenset[str], str, str, str | None, str | None], ...] = (
-    (
-        frozenset({"integer", "number"}),
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-    ),
-    (frozenset({"string"}), "minLength", "maxLength", None, None),
-    (frozenset({"array"}), "minItems", "maxItems", None, None),
-    (frozenset({"object"}), "minProperties", "maxProperties", None, None),
-)
 
 
 class SchemaFacts:
@@ -106,7 +56,7 @@ class SchemaFacts:
         self._property_values: dict[int, dict[str, frozenset[Any]]] = {}
         self._patterns: dict[int, tuple[str, ...]] = {}
         self._property_schemas: dict[int, dict[str, tuple[Any, ...]]] = {}
-        self._intervals: list[dict[int, Interval]] = [{} for _ in _BOUND_FAMILIES]
+        self._intervals: list[dict[int, Interval]] = [{} for _ in BOUND_FAMILIES]
         self._depth = 0
         self._comparisons_left = self.MAX_COMPARISONS
         self._evaluations_left = _MAX_EVALUATIONS
@@ -306,7 +256,7 @@ class SchemaFacts:
             return True
         if left_types & right_types <= {"string"} and self._patterns_disjoint(left, right):
             return True
-        for family, (types, *_) in enumerate(_BOUND_FAMILIES):
+        for family, (types, *_) in enumerate(BOUND_FAMILIES):
             shared_types_bounded = left_types & right_types <= types
             if shared_types_bounded and self.interval(left, family).disjoint(
                 self.interval(right, family)
@@ -364,7 +314,7 @@ class SchemaFacts:
         return found
 
     def interval(self, schema: Any, family: int) -> Interval:
-        """What the bounds of ``_BOUND_FAMILIES[family]`` leave, with those of its parts."""
+        """What the bounds of ``BOUND_FAMILIES[family]`` leave, with those of its parts."""
         if not isinstance(schema, dict):
             return EVERY_NUMBER
         return self._memoised(
@@ -375,7 +325,7 @@ class SchemaFacts:
         )
 
     def _compute_interval(self, schema: dict[str, Any], family: int) -> Interval:
-        _, lower, upper, open_lower, open_upper = _BOUND_FAMILIES[family]
+        _, lower, upper, open_lower, open_upper = BOUND_FAMILIES[family]
         found = EVERY_NUMBER.tightened(schema.get(lower), False, schema.get(upper), False)
         if open_lower is not None and open_upper is not None:
             found = found.tightened(schema.get(open_lower), True, schema.get(open_upper), True)

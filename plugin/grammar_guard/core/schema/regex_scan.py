@@ -14,10 +14,21 @@ import re
 from dataclasses import dataclass, field
 
 from grammar_guard.core.schema.capabilities import PatternSupport
+from grammar_guard.core.schema.json_escaped_chars import (
+    ALL_CONTROLS,
+    DOT_CONTROLS,
+    ESCAPE_CHARS,
+    JSON_SPECIAL,
+    Chars,
+    code_chars,
+    describe_char,
+    has_plain_char,
+    holds_quote_or_backslash,
+    holds_special,
+    property_chars,
+    range_chars,
+)
 
-# Characters JSON writes escaped: a pattern that matches them literally makes
-# an engine that matches the raw JSON text write them unescaped.
-_JSON_SPECIAL = frozenset({0x22, 0x5C, *range(0x20)})
 _SIMPLE_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
 _CLASS_ESCAPES = frozenset("dDwWsS")
 # Read where they start and no further, so that a text of unclosed braces or
@@ -25,70 +36,6 @@ _CLASS_ESCAPES = frozenset("dDwWsS")
 _BOUNDS = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
 _GROUP_NAME = re.compile(r"\?<[^>()|]*>")
 _CODE_POINT = re.compile(r"\{([0-9A-Fa-f]{1,8})\}")
-# U+0000-U+001F as bits: which control characters a pattern can match.
-_ALL_CONTROLS = (1 << 0x20) - 1
-_SPACE_CONTROLS = sum(1 << code for code in range(0x09, 0x0E))  # \t \n \v \f \r
-_DOT_CONTROLS = _ALL_CONTROLS & ~(1 << 0x0A) & ~(1 << 0x0D)  # "." is not a line end
-# Unicode properties whose characters include the control characters.
-_CONTROL_PROPERTIES = frozenset({"C", "Cc", "Other", "Control"})
-# Unicode properties whose characters include the quote and the backslash (Po).
-_PUNCTUATION_PROPERTIES = frozenset({"P", "Po", "Punctuation", "Other_Punctuation"})
-
-
-@dataclass(frozen=True)
-class _Chars:
-    """Of what one class or character of a pattern matches, the part JSON escapes."""
-
-    controls: int = 0  # bit n: U+00nn
-    quote: bool = False
-    backslash: bool = False
-
-    def __or__(self, other: _Chars) -> _Chars:
-        return _Chars(
-            self.controls | other.controls,
-            self.quote or other.quote,
-            self.backslash or other.backslash,
-        )
-
-    def complement(self) -> _Chars:
-        return _Chars(_ALL_CONTROLS & ~self.controls, not self.quote, not self.backslash)
-
-
-def _code_chars(code: int) -> _Chars:
-    return _Chars(1 << code if code < 0x20 else 0, code == 0x22, code == 0x5C)
-
-
-def _range_chars(low: int, high: int) -> _Chars:
-    controls = 0
-    if low < 0x20:
-        top = min(high, 0x1F)
-        controls = ((1 << (top + 1)) - 1) & ~((1 << low) - 1)
-    return _Chars(controls, low <= 0x22 <= high, low <= 0x5C <= high)
-
-
-_ESCAPE_CHARS = {
-    "d": _Chars(),
-    "w": _Chars(),
-    "s": _Chars(_SPACE_CONTROLS),
-    "D": _Chars(_ALL_CONTROLS, True, True),
-    "W": _Chars(_ALL_CONTROLS, True, True),
-    "S": _Chars(_ALL_CONTROLS & ~_SPACE_CONTROLS, True, True),
-}
-
-
-def _property_chars(negated: bool, name: str) -> _Chars:
-    """What ``\\p{name}`` (``\\P`` when ``negated``) matches of what JSON escapes, roughly.
-
-    Rough towards more control characters and no quote: the reading only
-    decides whether a pattern is refused on an engine, never what it accepts.
-    """
-    value = name.rpartition("=")[2]
-    if not negated:
-        return _Chars(_ALL_CONTROLS if value in _CONTROL_PROPERTIES else 0)
-    if value in _CONTROL_PROPERTIES:
-        return _Chars(0, True, True)
-    punctuation = value in _PUNCTUATION_PROPERTIES
-    return _Chars(_ALL_CONTROLS, not punctuation, not punctuation)
 
 
 @dataclass
@@ -122,7 +69,7 @@ class _RegexScan:
         # hold every control character, some place may (a sound overestimate).
         self.controls_without_escapes = 0
 
-    def matches(self, chars: _Chars) -> None:
+    def matches(self, chars: Chars) -> None:
         if not (chars.quote and chars.backslash):
             self.controls_without_escapes |= chars.controls
 
@@ -135,7 +82,7 @@ class _RegexScan:
             self.pos += 1
             alternatives[-1].append(_Node("atom"))
             alternatives[-1].extend(self.sequence())
-        if self.controls_without_escapes == _ALL_CONTROLS:
+        if self.controls_without_escapes == ALL_CONTROLS:
             self.note(
                 "every_control",
                 "it matches every control character (U+0000-U+001F) where it does not match "
@@ -195,14 +142,14 @@ class _RegexScan:
                 self.pos += 2
                 return _Node("atom")
             read = self.escape(in_class=False)
-            self.matches(read if isinstance(read, _Chars) else _code_chars(read))
+            self.matches(read if isinstance(read, Chars) else code_chars(read))
             return _Node("atom")
         self.pos += 1
         if char == ".":
-            self.matches(_Chars(_DOT_CONTROLS, True, True))
+            self.matches(Chars(DOT_CONTROLS, True, True))
         else:
-            self.matches(_code_chars(ord(char)))
-            if ord(char) in _JSON_SPECIAL:
+            self.matches(code_chars(ord(char)))
+            if ord(char) in JSON_SPECIAL:
                 self.note_special(char)
         return _Node("atom")
 
@@ -234,7 +181,7 @@ class _RegexScan:
             self.pos += 1
         return _Node(kind, alternatives=alternatives)
 
-    def escape(self, *, in_class: bool) -> int | _Chars:
+    def escape(self, *, in_class: bool) -> int | Chars:
         """Read an escape: the code point it writes, or what its class matches."""
         text = self.text
         self.pos += 1
@@ -245,13 +192,13 @@ class _RegexScan:
         if char in _CLASS_ESCAPES:
             if char == "S" and not in_class:
                 self.note_unicode_whitespace("\\S")
-            return _ESCAPE_CHARS[char]
+            return ESCAPE_CHARS[char]
         if char in ("p", "P") and self.pos < len(text) and text[self.pos] == "{":
             end = text.find("}", self.pos)
             name_end = end if end != -1 else len(text)
             name = text[self.pos + 1 : name_end]
             self.pos = name_end + 1
-            return _property_chars(char == "P", name)
+            return property_chars(char == "P", name)
         if char in _SIMPLE_ESCAPES and not (char == "0" and self.peek_digit()):
             code = _SIMPLE_ESCAPES[char]
         elif char == "b":
@@ -270,21 +217,21 @@ class _RegexScan:
             self.pos += 4
         else:
             code = ord(char)  # an identity escape: the character itself
-        if code in _JSON_SPECIAL and not in_class:
+        if code in JSON_SPECIAL and not in_class:
             self.note_special(chr(code))
         return code
 
     def peek_digit(self) -> bool:
         return self.pos < len(self.text) and self.text[self.pos].isdigit()
 
-    def char_class(self) -> _Chars:
+    def char_class(self) -> Chars:
         """Read a class; returns what it matches of the characters JSON escapes."""
         text = self.text
         self.pos += 1
         negated = self.pos < len(text) and text[self.pos] == "^"
         if negated:
             self.pos += 1
-        members: list[tuple[int, int] | _Chars] = []  # code-point ranges and class escapes
+        members: list[tuple[int, int] | Chars] = []  # code-point ranges and class escapes
         while self.pos < len(text) and text[self.pos] != "]":
             low = self.class_atom(negated)
             if (
@@ -305,11 +252,11 @@ class _RegexScan:
             self.pos += 1  # the closing "]"
         named = functools.reduce(
             operator.or_,
-            (member if isinstance(member, _Chars) else _range_chars(*member) for member in members),
-            _Chars(),
+            (member if isinstance(member, Chars) else range_chars(*member) for member in members),
+            Chars(),
         )
         if negated:
-            if any(_holds_quote_or_backslash(member) for member in members):
+            if any(holds_quote_or_backslash(member) for member in members):
                 self.note(
                     "negated_escape",
                     "a negated class that leaves out a quote or a backslash lets them "
@@ -319,9 +266,9 @@ class _RegexScan:
         # A class with at least one member JSON writes unescaped is matched
         # against those members only; one made of specials only is not
         # (measured: "[\\t ]" never yields a raw tab, "[\\t]" does).
-        if not any(_holds_special(member) for member in members):
+        if not any(holds_special(member) for member in members):
             return named
-        if any(_has_plain_char(member) for member in members):
+        if any(has_plain_char(member) for member in members):
             self.drops_specials = True
         else:
             self.note(
@@ -331,11 +278,11 @@ class _RegexScan:
             )
         return named
 
-    def class_atom(self, negated: bool) -> int | _Chars:
+    def class_atom(self, negated: bool) -> int | Chars:
         text = self.text
         if text[self.pos] == "\\":
             read = self.escape(in_class=True)
-            if isinstance(read, _Chars):
+            if isinstance(read, Chars):
                 escape = text[self.pos - 1]
                 if (escape == "s" and negated) or (escape == "S" and not negated):
                     self.note_unicode_whitespace("[^\\s]" if negated else "[\\S]")
@@ -346,7 +293,7 @@ class _RegexScan:
     def note_special(self, char: str) -> None:
         self.note(
             "json_special",
-            f"it matches {_describe_char(char)} literally, which the engine would write "
+            f"it matches {describe_char(char)} literally, which the engine would write "
             "unescaped (invalid JSON)",
         )
 
@@ -356,35 +303,6 @@ class _RegexScan:
             f"{what} lets Unicode spaces through (the engine's \\s is ASCII-only, "
             "ECMA-262's is not)",
         )
-
-
-def _describe_char(char: str) -> str:
-    if char == '"':
-        return "a double quote"
-    if char == "\\":
-        return "a backslash"
-    return f"the control character U+{ord(char):04X}"
-
-
-def _has_plain_char(member: tuple[int, int] | _Chars) -> bool:
-    if isinstance(member, _Chars):
-        return True  # \\d, \\w, \\s and their negations all hold plain characters
-    low, high = member
-    # Only 34 code points are special, so a longer range always has a plain one.
-    return any(code not in _JSON_SPECIAL for code in range(low, min(high, low + 40) + 1))
-
-
-def _holds_special(member: tuple[int, int] | _Chars) -> bool:
-    if isinstance(member, _Chars):
-        return False  # \d and \w hold none; \s is written out as its members first
-    return member[0] < 0x20 or _holds_quote_or_backslash(member)
-
-
-def _holds_quote_or_backslash(member: tuple[int, int] | _Chars) -> bool:
-    if isinstance(member, _Chars):
-        return False  # measured: [^\W] and [^\D] keep both out
-    low, high = member
-    return low <= 0x22 <= high or low <= 0x5C <= high
 
 
 def _is_hex(text: str, length: int) -> bool:
