@@ -19,12 +19,14 @@ whose plan names an upgrade is compiled again on that engine in the
 background (:mod:`grammar_guard.core.upgrades`).
 
 Compile errors and timeouts are never stored: only a grammar that compiled
-is, including one whose requests timed out before it landed.
+is, including one whose requests timed out before it landed, and only when
+its load can pay for itself (the store judges, from the compile's time).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -56,6 +58,13 @@ MAX_DEMOTED_QUICK_COMPILES = 2
 # Larger specs go to the isolated lane whatever the engine predicts: judging
 # one means parsing it, which must not happen on the thread admitting requests.
 QUICK_LANE_MAX_CHARS = 16 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class _TimedResult(CompileResult):
+    """A compile's result and its wall time, which the cache folder weighs a load against."""
+
+    seconds: float = 0.0
 
 
 class _Tracked:
@@ -225,7 +234,9 @@ class CompileService:
     plain engine's); it defaults to compiling in the pool's threads. Quick
     ones compile in the quick lane's own threads, under ``quick_budget``
     (tests pass their own). ``mask_cost`` times masks for an upgrade's
-    trial (see ``upgrades``; tests pass their own).
+    trial (see ``upgrades``; tests pass their own). ``timer`` times compiles
+    and loads for the cache folder, which keeps a grammar only while its load
+    pays (tests pass their own).
     """
 
     def __init__(
@@ -238,12 +249,14 @@ class CompileService:
         clock: Clock = time.monotonic,
         mask_cost: MaskCost | None = None,
         quick_budget: QuickCompileBudget | None = None,
+        timer: Clock = time.perf_counter,
     ) -> None:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics or CacheMetrics()
         self._in_thread = InThreadCompiler(engine)
         self._compiler = compiler or self._in_thread
+        self._timer = timer
         lowered = self._compiler.in_caller_thread
         self.store: DiskStore | None = None
         self._writer: ThreadPoolExecutor | None = None
@@ -254,6 +267,7 @@ class CompileService:
                 engine,
                 max_bytes=settings.cache_dir_max_bytes,
                 metrics=self.metrics,
+                clock=timer,
             )
             self._writer = ThreadPoolExecutor(
                 1,
@@ -284,7 +298,7 @@ class CompileService:
         self._upgrades = Upgrades(
             engine,
             plan=self._plan,
-            compile_part=self._compiler.compile,
+            compile_part=functools.partial(self._timed, self._compiler.compile),
             install=self._install_upgrade,
             executor=self._pool.upgrade,
             after=settings.upgrade_after,
@@ -357,12 +371,23 @@ class CompileService:
         plan = self._plan(spec)
         if self._pool.in_quick_lane():
             with self._quick_budget.compiling(spec), on_calling_thread_only():
-                result = self._in_thread.compile(spec, plan.part)
+                result = self._timed(self._in_thread.compile, spec, plan.part)
         else:
-            result = self._compiler.compile(spec, plan.part)
+            result = self._timed(self._compiler.compile, spec, plan.part)
         self.metrics.count_labelled(LabelledCounter.COMPILES_BY_ENGINE, result.compiled.engine_name)
         self._store_later(spec, result)
         return result.compiled
+
+    def _timed(
+        self,
+        compile: Callable[[GrammarSpec, str | None], CompileResult],
+        spec: GrammarSpec,
+        part: str | None,
+    ) -> _TimedResult:
+        started = self._timer()
+        result = compile(spec, part)
+        seconds = self._timer() - started
+        return _TimedResult(result.compiled, result.serialized, seconds)
 
     def _install_upgrade(self, spec: GrammarSpec, result: CompileResult) -> bool:
         """Serve an upgrade compile to the key's later requests; store it in place of the first.
@@ -381,7 +406,8 @@ class CompileService:
 
     @staticmethod
     def _save(store: DiskStore, spec: GrammarSpec, result: CompileResult) -> None:
-        store.save(spec, result.compiled, result.serialized)
+        assert isinstance(result, _TimedResult)  # every compile goes through _timed
+        store.save(spec, result.compiled, result.serialized, result.seconds)
 
     def _start_write(self, write: Callable[[], None]) -> None:
         assert self._writer is not None  # only the store defers work
