@@ -21,6 +21,7 @@ from unit_tests.conftest import EOS, VOCAB
 
 from grammar_guard.cli import __main__ as cli
 from grammar_guard.cli.model import ModelArgs, ModelLoadError, load_engine
+from grammar_guard.core.compile import disk_store
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
 from grammar_guard.core.request.spec import GrammarSpec
 from grammar_guard.core.settings import UnenforcedPolicy
@@ -182,8 +183,13 @@ def test_a_bad_setting_stops_the_command_naming_the_variable(
 
 
 def test_warm_fills_the_folder_and_a_second_run_finds_everything_stored(
-    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Milliseconds of compile, which no load pays for: keep every file, as for a slow compile.
+    monkeypatch.setattr(disk_store, "pays", lambda _load_s, _compile_s: True)
     folder = tmp_path / "cache"
     warmup = tmp_path / "warm.jsonl"
     warmup.write_text('{"kind": "regex", "grammar": "[0-9]{3}"}\n# a comment\n{"kind": "nope"}\n')
@@ -212,6 +218,8 @@ def test_warm_uses_the_cache_folder_setting_when_no_flag_is_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GRAMMAR_GUARD_CACHE_DIR", str(tmp_path / "from-env"))
+    # Milliseconds of compile, which no load pays for: keep every file, as for a slow compile.
+    monkeypatch.setattr(disk_store, "pays", lambda _load_s, _compile_s: True)
     status, _ = _run(capsys, "warm", "--model", "m", files["word.regex"])
     assert status == 0
     status, out = _run(capsys, "stats")

@@ -1,8 +1,9 @@
 """CompileService: the cache's fills go through the cache folder, and never wait for it.
 
 The small real tokenizer, real files, compiles the tests hold and release by
-hand, and a fake clock for deadlines. Nothing sleeps; ``HANG_GUARD_S`` only
-turns a hang (a bug) into a failure.
+hand, a fake clock for deadlines and a fake timer on which each compile takes
+``COMPILE_S`` and a load no time, so the folder keeps what they compile.
+Nothing sleeps; ``HANG_GUARD_S`` only turns a hang (a bug) into a failure.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from unit_tests.conftest import COMPACT, SmallTokenizer
 
-from grammar_guard.core.compile.disk_store import DiskStore, stored_files
+from grammar_guard.core.compile.disk_store import DiskStore, read_header, stored_files
 from grammar_guard.core.compile.in_thread import CompileResult
 from grammar_guard.core.errors import CompileTimeoutError, InvalidGrammarError
 from grammar_guard.core.metrics import Counter
@@ -26,6 +27,8 @@ from grammar_guard.core.settings import Settings
 
 HANG_GUARD_S = 60.0
 T = 30.0
+# A compile's time on the fake timer: seconds, so a load (no time) pays for its file.
+COMPILE_S = 2.0
 
 
 class FakeClock:
@@ -41,8 +44,12 @@ class HeldCompiler:
 
     in_caller_thread = True
 
-    def __init__(self, small: SmallTokenizer, *, serialized: bool = False) -> None:
+    def __init__(
+        self, small: SmallTokenizer, *, serialized: bool = False, seconds: float = COMPILE_S
+    ) -> None:
         self._engine = small.engine
+        self.timer = FakeClock()  # the service's timer: each compile takes ``seconds`` on it
+        self._seconds = seconds
         # Bound now, so a test may forbid the store's serialising without forbidding this.
         self._serialize = small.engine.serialize if serialized else None
         self.compiled: list[GrammarSpec] = []
@@ -62,6 +69,7 @@ class HeldCompiler:
         if spec.text in self.failures:
             raise self.failures[spec.text]
         compiled = self._engine.compile(spec)
+        self.timer.now += self._seconds
         blob = self._serialize(compiled) if self._serialize is not None else None
         return CompileResult(compiled, blob)
 
@@ -89,7 +97,9 @@ def _start(
     clock: FakeClock | None = None,
 ) -> CompileService:
     settings = Settings(compile_timeout_s=T, compile_workers=workers, cache_dir=folder)
-    service = CompileService(small.engine, settings, compiler=compiler, clock=clock or FakeClock())
+    service = CompileService(
+        small.engine, settings, compiler=compiler, clock=clock or FakeClock(), timer=compiler.timer
+    )
     services.append(service)
     return service
 
@@ -127,6 +137,29 @@ def test_a_restart_serves_from_the_folder_without_compiling(
     matcher = small.engine.new_matcher(loaded, stop_token_ids=None, max_rollback_tokens=0)  # type: ignore[arg-type]
     assert small.accepts_all(matcher, small.ids("abx"))
     assert not matcher.accept_token(small.id("a"))
+
+
+def test_the_folder_records_how_long_the_compile_took(
+    small: SmallTokenizer, tmp_path: Path, services: list[CompileService]
+) -> None:
+    service = _start(services, small, tmp_path, HeldCompiler(small))
+    _grammar(service, _spec(small))
+    assert service.drain(HANG_GUARD_S)
+    (stored,) = stored_files(tmp_path)
+    assert read_header(stored.path)["compile_s"] == COMPILE_S  # type: ignore[index]
+
+
+def test_a_grammar_compiled_in_no_time_is_not_stored(
+    small: SmallTokenizer, tmp_path: Path, services: list[CompileService]
+) -> None:
+    """No load costs a tenth of nothing: a restart compiles it again."""
+    service = _start(services, small, tmp_path, HeldCompiler(small, seconds=0.0))
+    _grammar(service, _spec(small))
+    assert service.drain(HANG_GUARD_S)
+    assert stored_files(tmp_path) == []
+    counts = _counts(service)
+    assert (counts[Counter.DISK_MISSES], counts[Counter.DISK_WRITES]) == (1, 0)
+    assert counts[Counter.DISK_ERRORS] == 0
 
 
 def test_without_a_folder_nothing_touches_the_disk(

@@ -22,6 +22,7 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.request import StructuredOutputRequest
 
 import grammar_guard
+from grammar_guard.core.compile import disk_store
 from grammar_guard.core.compile.inline_wait import InlineWaitBudget
 from grammar_guard.core.engines.llguidance.matcher import LLGuidanceMatcher
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine, XGrammarMatcher
@@ -358,6 +359,8 @@ def test_a_new_backend_on_the_same_cache_folder_loads_instead_of_compiling(
     tokenizer: PreTrainedTokenizerFast, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GRAMMAR_GUARD_CACHE_DIR", str(tmp_path))
+    # Milliseconds of compile, which no load pays for: keep every file, as for a slow compile.
+    monkeypatch.setattr(disk_store, "pays", lambda _load_s, _compile_s: True)
     first = GrammarGuardBackend(_vllm_config(), tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
     try:
         first.compile_grammar(StructuredOutputOptions.REGEX, "disk[a-z]{3}")

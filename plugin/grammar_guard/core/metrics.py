@@ -35,6 +35,8 @@ class Counter(enum.Enum):
     DISK_MISSES = "disk_misses"
     DISK_WRITES = "disk_writes"
     DISK_ERRORS = "disk_errors"
+    # Loads that cost more than disk_store.LOAD_SHARE of the compile they saved: file removed.
+    DISK_UNPAID_LOADS = "disk_unpaid_loads"
 
 
 class Gauge(enum.Enum):

@@ -19,25 +19,32 @@ whose plan names an upgrade is compiled again on that engine in the
 background (:mod:`grammar_guard.core.upgrade.upgrades`).
 
 Compile errors and timeouts are never stored: only a grammar that compiled
-is, including one whose requests timed out before it landed.
+is, including one whose requests timed out before it landed, and only when
+its load can pay for itself (the store judges, from the compile's time).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import threading
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from grammar_guard.core.compile.cache import GrammarCache
 from grammar_guard.core.compile.cache_entries import Admission, Clock
 from grammar_guard.core.compile.deadline_watcher import DeadlineWatcher
 from grammar_guard.core.compile.disk_store import DiskStore
 from grammar_guard.core.compile.in_thread import Compiler, CompileResult, InThreadCompiler, planner
-from grammar_guard.core.compile.priority import lower_current_thread
+from grammar_guard.core.compile.lanes import (
+    MAX_DEMOTED_QUICK_COMPILES,
+    QUICK_LANE_THREADS,
+    CompilePool,
+    Tracked,
+    thread_priority,
+)
 from grammar_guard.core.compile.quick_budget import QuickCompileBudget
 from grammar_guard.core.engines.threads import on_calling_thread_only
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
@@ -45,176 +52,14 @@ from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
 from grammar_guard.core.upgrade.upgrades import MaskCost, Upgrades
 
 if TYPE_CHECKING:
-    from grammar_guard.core.engines.base import CompiledGrammar, GrammarEngine, TokenMatcher
+    from grammar_guard.core.engines.base import (
+        CompiledGrammar,
+        EngineName,
+        GrammarEngine,
+        TokenMatcher,
+    )
     from grammar_guard.core.request.spec import GrammarSpec
     from grammar_guard.core.settings import Settings
-
-
-# Quick compiles take milliseconds each; two at a time keep a burst of new
-# keys moving without taking every core from the decoding loop.
-QUICK_LANE_THREADS = 2
-# Quick compiles demoted for overrunning their CPU budget that may run on at
-# once (each on a spare thread of the lane), see quick_budget.py.
-MAX_DEMOTED_QUICK_COMPILES = 2
-
-
-class _Tracked:
-    """Futures not done yet, so a caller can wait for the work submitted so far."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: set[Future[Any]] = set()
-
-    def add(self, future: Future[Any]) -> None:
-        with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._discard)
-
-    def wait(self, timeout: float | None) -> bool:
-        with self._lock:
-            pending = list(self._pending)
-        return not wait(pending, timeout=timeout).not_done
-
-    def _discard(self, future: Future[Any]) -> None:
-        with self._lock:
-            self._pending.discard(future)
-
-
-class _Lane(Executor):
-    """One group of compile threads; a task may defer work until after it has returned.
-
-    The cache resolves a compile's waiting requests at the end of its task,
-    so work deferred by the compile function (storing the grammar) starts
-    only once they all have their grammar.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        workers: int,
-        follow_ups: Callable[[Callable[[], None]], None],
-        tracked: _Tracked,
-        deferred: threading.local,
-        *,
-        initializer: Callable[..., None] | None = None,
-        initargs: tuple[Any, ...] = (),
-    ) -> None:
-        self._threads = ThreadPoolExecutor(
-            max_workers=workers,
-            thread_name_prefix=name,
-            initializer=initializer,
-            initargs=initargs,
-        )
-        self._follow_ups = follow_ups
-        self._tracked = tracked
-        self._deferred = deferred
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future = self._threads.submit(self._run, functools.partial(fn, *args, **kwargs))
-        self._tracked.add(future)
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._threads.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-    def _run(self, task: Callable[[], Any]) -> Any:
-        self._deferred.tasks = []
-        self._deferred.lane = self
-        try:
-            return task()
-        finally:
-            for deferred in self._deferred.tasks:
-                self._follow_ups(deferred)
-
-
-class _CompilePool:
-    """The compile threads, in lanes, so that a quick compile never queues behind a slow one.
-
-    - The quick lane runs compiles that take milliseconds (the engine says
-      which, before compiling) at the engine's own priority: a new key's
-      first request is served within about its compile time even while
-      every core is busy decoding, where a thread at nice +19 would get a
-      seventieth of a core. Two compile at a time; the lane's spare
-      threads carry compiles demoted for overrunning their CPU budget
-      (:mod:`grammar_guard.core.compile.quick_budget`).
-    - The isolated lane runs every other compile, in a worker process at
-      ``GRAMMAR_GUARD_COMPILE_NICENESS`` by default, so that seconds of
-      compiling never slow the engine's decoding loop. With in-thread
-      isolation (``lowered``) its threads compile, and run at that niceness.
-    - The upgrade lane compiles one background upgrade at a time, at the
-      same priority, so upgrades never hold more than one of the isolated
-      compiles' workers.
-
-    A quick lane's threads are started by the thread that first submits to
-    them (the engine's), and so run at its priority.
-    """
-
-    def __init__(
-        self,
-        settings: Settings,
-        follow_ups: Callable[[Callable[[], None]], None],
-        *,
-        lowered: bool,
-    ) -> None:
-        self.tracked = _Tracked()
-        self._deferred = threading.local()
-        self.quick = _Lane(
-            "grammar-guard-quick-compile",
-            QUICK_LANE_THREADS + MAX_DEMOTED_QUICK_COMPILES,
-            follow_ups,
-            self.tracked,
-            self._deferred,
-        )
-        self.isolated = _Lane(
-            "grammar-guard-compile",
-            settings.compile_workers,
-            follow_ups,
-            self.tracked,
-            self._deferred,
-            **_thread_priority(settings, lowered=lowered),
-        )
-        # Upgrades (see upgrades.py) one at a time, apart from the requests' compiles.
-        self.upgrades_tracked = _Tracked()
-        self.upgrade = _Lane(
-            "grammar-guard-upgrade",
-            1,
-            follow_ups,
-            self.upgrades_tracked,
-            self._deferred,
-            **_thread_priority(settings, lowered=lowered),
-        )
-
-    def in_quick_lane(self) -> bool:
-        """Whether the calling thread runs a task of the quick lane."""
-        return getattr(self._deferred, "lane", None) is self.quick
-
-    def defer(self, task: Callable[[], None]) -> None:
-        """Run ``task`` (elsewhere) after the current task returns; call from a compile task."""
-        self._deferred.tasks.append(task)
-
-    def shutdown(self) -> None:
-        for lane in (self.quick, self.isolated, self.upgrade):
-            lane.shutdown(wait=False, cancel_futures=True)
-
-
-def _thread_priority(settings: Settings, *, lowered: bool) -> dict[str, Any]:
-    """Pool arguments that start each thread at ``GRAMMAR_GUARD_COMPILE_NICENESS`` if ``lowered``.
-
-    Lowered only with in-thread isolation, where the lanes' threads compile
-    and the disk writer serialises what they compiled: seconds of CPU the
-    engine's own threads must win from them. A lowered thread of the
-    engine's process is a hazard wherever it runs Python: holding the GIL
-    when the scheduler passes it over, it keeps the engine's loop waiting
-    until it runs again (with both cores of a 2-core machine busy, a niced
-    thread running Python held the main thread off for 270 ms at a time).
-    With compiles in worker processes, these threads only hand specs over,
-    load what the workers send and write the disk cache, and the costly part
-    of that (xgrammar's loading and serialising) releases the GIL: they run
-    at the engine's priority.
-    """
-    if not lowered:
-        return {}
-    return {"initializer": lower_current_thread, "initargs": (settings.compile_niceness,)}
 
 
 class CompileService:
@@ -225,7 +70,9 @@ class CompileService:
     plain engine's); it defaults to compiling in the pool's threads. Quick
     ones compile in the quick lane's own threads, under ``quick_budget``
     (tests pass their own). ``mask_cost`` times masks for an upgrade's
-    trial (see ``upgrades``; tests pass their own).
+    trial (see ``upgrades``; tests pass their own). ``timer`` times compiles
+    and loads for the cache folder, which keeps a grammar only while its load
+    pays (tests pass their own).
     """
 
     def __init__(
@@ -238,29 +85,32 @@ class CompileService:
         clock: Clock = time.monotonic,
         mask_cost: MaskCost | None = None,
         quick_budget: QuickCompileBudget | None = None,
+        timer: Clock = time.perf_counter,
     ) -> None:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics or CacheMetrics()
         self._in_thread = InThreadCompiler(engine)
         self._compiler = compiler or self._in_thread
+        self._timer = timer
         lowered = self._compiler.in_caller_thread
         self.store: DiskStore | None = None
         self._writer: ThreadPoolExecutor | None = None
-        self._writes = _Tracked()
+        self._writes = Tracked()
         if settings.cache_dir is not None:
             self.store = DiskStore(
                 settings.cache_dir,
                 engine,
                 max_bytes=settings.cache_dir_max_bytes,
                 metrics=self.metrics,
+                clock=timer,
             )
             self._writer = ThreadPoolExecutor(
                 1,
                 thread_name_prefix="grammar-guard-disk",
-                **_thread_priority(settings, lowered=lowered),
+                **thread_priority(settings, lowered=lowered),
             )
-        self._pool = _CompilePool(settings, self._start_write, lowered=lowered)
+        self._pool = CompilePool(settings, self._start_write, lowered=lowered)
         self._quick_budget = quick_budget or QuickCompileBudget(
             places=QUICK_LANE_THREADS,
             max_demoted=MAX_DEMOTED_QUICK_COMPILES,
@@ -284,7 +134,7 @@ class CompileService:
         self._upgrades = Upgrades(
             engine,
             plan=self._plan,
-            compile_on=self._compiler.compile,
+            compile_on=functools.partial(self._timed, self._compiler.compile),
             install=self._install_upgrade,
             executor=self._pool.upgrade,
             after=settings.upgrade_after,
@@ -357,12 +207,22 @@ class CompileService:
         plan = self._plan(spec)
         if self._pool.in_quick_lane():
             with self._quick_budget.compiling(spec), on_calling_thread_only():
-                result = self._in_thread.compile(spec, plan.engine)
+                result = self._timed(self._in_thread.compile, spec, plan.engine)
         else:
-            result = self._compiler.compile(spec, plan.engine)
+            result = self._timed(self._compiler.compile, spec, plan.engine)
         self.metrics.count_labelled(LabelledCounter.COMPILES_BY_ENGINE, result.compiled.engine_name)
         self._store_later(spec, result)
         return result.compiled
+
+    def _timed(
+        self,
+        compile: Callable[[GrammarSpec, EngineName | None], CompileResult],
+        spec: GrammarSpec,
+        on: EngineName | None,
+    ) -> CompileResult:
+        started = self._timer()
+        result = compile(spec, on)
+        return dataclasses.replace(result, seconds=self._timer() - started)
 
     def _install_upgrade(self, spec: GrammarSpec, result: CompileResult) -> bool:
         """Serve an upgrade compile to the key's later requests; store it in place of the first.
@@ -381,7 +241,7 @@ class CompileService:
 
     @staticmethod
     def _save(store: DiskStore, spec: GrammarSpec, result: CompileResult) -> None:
-        store.save(spec, result.compiled, result.serialized)
+        store.save(spec, result.compiled, result.serialized, result.seconds)
 
     def _start_write(self, write: Callable[[], None]) -> None:
         assert self._writer is not None  # only the store defers work

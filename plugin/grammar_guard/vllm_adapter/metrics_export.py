@@ -78,6 +78,8 @@ _HELP = {
     Counter.DISK_MISSES: "Persistent-cache lookups that found no file: a compile followed.",
     Counter.DISK_WRITES: "Compiled grammars written to the persistent cache folder.",
     Counter.DISK_ERRORS: "Persistent-cache files that could not be read, loaded or written.",
+    Counter.DISK_UNPAID_LOADS: "Persistent-cache loads that cost more than a tenth of the "
+    "compile they saved: the grammar served, its file removed.",
     Gauge.CACHE_BYTES: "Memory held by cached compiled grammars, in bytes.",
     Gauge.CACHE_ENTRIES: "Entries in the compile cache, in flight included.",
     LabelledCounter.UPGRADES: "Background compiles of reused keys onto the engine with the "

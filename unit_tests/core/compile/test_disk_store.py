@@ -1,10 +1,13 @@
 """DiskStore: compiled grammars on disk survive, are shared, and bad files never hurt.
 
 Real files in a temporary folder, the small real tokenizer, and for sharing,
-real processes started with ``spawn``. Orders of use are set with explicit
-modification times, never by waiting. Hostile files (links, FIFOs, oversized
-entries, decompression bombs) are planted by hand; memory is measured with
-``tracemalloc``, a FIFO read in a thread whose wait has a timeout.
+real processes started with ``spawn``. Loads are timed on a fake clock, on
+which they take no time unless a test says otherwise, and each save names a
+compile time: whether a load pays for its file is decided by the tests. Orders
+of use are set with explicit modification times, never by waiting. Hostile
+files (links, FIFOs, oversized entries, decompression bombs) are planted by
+hand; memory is measured with ``tracemalloc``, a FIFO read in a thread whose
+wait has a timeout.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 from unit_tests.core.test_private_folder import UNSAFE_FOLDERS, Loosen, finishes
 
 from grammar_guard.core.compile.disk_store import (
+    LOAD_SHARE,
     MAGIC,
     DiskStore,
+    LoadCostFloor,
     key_text,
     read_header,
     stored_files,
@@ -51,8 +56,32 @@ SCHEMA = {
 }
 
 
-def _store(folder: Path, engine: GrammarEngine, max_bytes: int = BUDGET) -> DiskStore:
-    return DiskStore(folder, engine, max_bytes=max_bytes, metrics=CacheMetrics())
+# What a save says its compile took: a slow one, so every file pays unless a test says not.
+COMPILE_S = 60.0
+
+
+class Stopwatch:
+    """A fake clock on which each load takes ``load_s`` (a load reads the clock twice)."""
+
+    def __init__(self, load_s: float = 0.0) -> None:
+        self.load_s = load_s
+        self._readings = 0
+
+    def __call__(self) -> float:
+        self._readings += 1
+        return self._readings * self.load_s
+
+
+def _store(
+    folder: Path,
+    engine: GrammarEngine,
+    max_bytes: int = BUDGET,
+    *,
+    clock: Callable[[], float] | None = None,
+    floor: LoadCostFloor | None = None,
+) -> DiskStore:
+    metrics, clock, floor = CacheMetrics(), clock or Stopwatch(), floor or LoadCostFloor()
+    return DiskStore(folder, engine, max_bytes=max_bytes, metrics=metrics, clock=clock, floor=floor)
 
 
 def _count(store: DiskStore, counter: Counter) -> int:
@@ -71,7 +100,7 @@ def _schema_spec(small: SmallTokenizer) -> GrammarSpec:
 
 def _saved(small: SmallTokenizer, folder: Path, spec: GrammarSpec) -> DiskStore:
     store = _store(folder, small.engine)
-    assert store.save(spec, small.engine.compile(spec), None)
+    assert store.save(spec, small.engine.compile(spec), None, COMPILE_S)
     return store
 
 
@@ -111,9 +140,74 @@ def test_the_serialised_form_a_compiler_already_has_is_stored_as_is(
     spec = small.spec(RequestKind.REGEX, "[a-c]+")
     compiled = small.engine.compile(spec)
     store = _store(tmp_path, small.engine)
-    assert store.save(spec, compiled, small.engine.serialize(compiled))
+    assert store.save(spec, compiled, small.engine.serialize(compiled), COMPILE_S)
     loaded = store.load(spec)
     assert loaded is not None and _matches(small.engine, loaded, "cab")
+
+
+# --- only files whose load pays: at most LOAD_SHARE of the compile it saves -----------
+
+
+def test_a_grammar_whose_least_load_cost_is_over_a_tenth_of_its_compile_is_not_written(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    spec = _schema_spec(small)
+    compiled = small.engine.compile(spec)
+    size = len(small.engine.serialize(compiled))
+    # On this floor a load costs a second a byte: it pays for a compile of ten seconds a byte.
+    floor = LoadCostFloor(fixed_s=0.0, per_byte_s=1.0)
+    store = _store(tmp_path, small.engine, floor=floor)
+    assert not store.save(spec, compiled, None, size / LOAD_SHARE * 0.99)
+    assert stored_files(tmp_path) == [] and _count(store, Counter.DISK_WRITES) == 0
+    assert store.save(spec, compiled, None, size / LOAD_SHARE)
+    assert _count(store, Counter.DISK_WRITES) == 1 and store.load(spec) is not None
+
+
+def test_a_compile_quicker_than_any_load_could_pay_for_is_not_even_serialised(
+    small: SmallTokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = _schema_spec(small)
+    compiled = small.engine.compile(spec)
+    store = _store(tmp_path, small.engine, floor=LoadCostFloor(fixed_s=1.0, per_byte_s=0.0))
+
+    def no_serialize(_compiled: object) -> bytes:
+        raise AssertionError("serialised a grammar no load could pay for")
+
+    monkeypatch.setattr(store._engine, "serialize", no_serialize)
+    assert not store.save(spec, compiled, None, 1.0 / LOAD_SHARE * 0.99)
+    assert stored_files(tmp_path) == [] and _count(store, Counter.DISK_ERRORS) == 0
+
+
+@pytest.mark.parametrize("share", [LOAD_SHARE, LOAD_SHARE * 1.01], ids=["paid", "not paid"])
+def test_a_load_that_did_not_pay_serves_once_and_its_file_is_removed(
+    small: SmallTokenizer, tmp_path: Path, share: float
+) -> None:
+    spec = _schema_spec(small)
+    _saved(small, tmp_path, spec)
+    store = _store(tmp_path, small.engine, clock=Stopwatch(load_s=share * COMPILE_S))
+    loaded = store.load(spec)
+    assert loaded is not None and _matches(small.engine, loaded, '{"name":"ok"}')
+    assert _count(store, Counter.DISK_HITS) == 1 and _count(store, Counter.DISK_ERRORS) == 0
+    paid = share == LOAD_SHARE
+    assert _count(store, Counter.DISK_UNPAID_LOADS) == (0 if paid else 1)
+    assert store.path_for(spec).exists() == paid
+
+
+def test_a_file_that_records_no_compile_time_serves_once_and_is_removed(
+    small: SmallTokenizer, tmp_path: Path
+) -> None:
+    """Written before compile times were recorded: nothing says its load pays."""
+    spec = _schema_spec(small)
+    path = _saved(small, tmp_path, spec).path_for(spec)
+    data = path.read_bytes()
+    header_end = data.index(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC) : header_end])
+    del header["compile_s"]
+    path.write_bytes(MAGIC + json.dumps(header).encode() + data[header_end:])
+
+    store = _store(tmp_path, small.engine, clock=Stopwatch(load_s=0.001))
+    assert store.load(spec) is not None
+    assert _count(store, Counter.DISK_UNPAID_LOADS) == 1 and not path.exists()
 
 
 # --- files that cannot serve: ignored, counted, removed, replaced ----------------------
@@ -148,6 +242,12 @@ def _another_fingerprint(path: Path, _other: Path) -> None:
     path.write_bytes(MAGIC + header + data[header_end:])
 
 
+def _another_codec(path: Path, _other: Path) -> None:
+    """A codec an earlier release wrote (the payload is still lzma's: only the name tells)."""
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'"codec": "lzma-0"', b'"codec": "zlib-6"', 1))
+
+
 def _header_names_another_key(path: Path, other: Path) -> None:
     """A forgery: the file's own grammar and checksum, under a header naming another key."""
     data = path.read_bytes()
@@ -166,6 +266,7 @@ def _header_names_another_key(path: Path, other: Path) -> None:
         _header_only,
         _another_grammar,
         _another_fingerprint,
+        _another_codec,
         _header_names_another_key,
     ],
 )
@@ -175,13 +276,13 @@ def test_an_unusable_file_is_ignored_counted_removed_and_replaced(
     spec = _schema_spec(small)
     other = small.spec(RequestKind.REGEX, "[0-9]+")
     store = _saved(small, tmp_path, spec)
-    store.save(other, small.engine.compile(other), None)
+    store.save(other, small.engine.compile(other), None, COMPILE_S)
     damage(store.path_for(spec), store.path_for(other))
 
     assert store.load(spec) is None  # no exception, whatever the damage
     assert _count(store, Counter.DISK_ERRORS) == 1 and _count(store, Counter.DISK_HITS) == 0
     assert not store.path_for(spec).exists()
-    assert store.save(spec, small.engine.compile(spec), None)
+    assert store.save(spec, small.engine.compile(spec), None, COMPILE_S)
     loaded = store.load(spec)
     assert loaded is not None and _matches(small.engine, loaded, '{"name":"ok"}')
 
@@ -237,12 +338,12 @@ def test_the_folder_stays_under_its_bound_least_recently_used_first(
     store = _store(folder, small.engine, max_bytes=3 * size + size // 2)
     past = time.time() - 1000
     for age, spec in enumerate(specs[:3]):
-        store.save(spec, small.engine.compile(spec), None)
+        store.save(spec, small.engine.compile(spec), None, COMPILE_S)
         os.utime(store.path_for(spec), (past + age, past + age))
     assert store.load(specs[0]) is not None  # the oldest becomes the most recent
 
-    store.save(specs[3], small.engine.compile(specs[3]), None)
-    store.save(specs[4], small.engine.compile(specs[4]), None)
+    store.save(specs[3], small.engine.compile(specs[3]), None, COMPILE_S)
+    store.save(specs[4], small.engine.compile(specs[4]), None, COMPILE_S)
 
     kept = {item.path for item in stored_files(folder)}
     assert kept == {store.path_for(specs[i]) for i in (0, 3, 4)}
@@ -254,7 +355,7 @@ def test_a_grammar_larger_than_the_whole_bound_is_not_stored(
 ) -> None:
     spec = _schema_spec(small)
     store = _store(tmp_path, small.engine, max_bytes=100)
-    assert not store.save(spec, small.engine.compile(spec), None)
+    assert not store.save(spec, small.engine.compile(spec), None, COMPILE_S)
     assert stored_files(tmp_path) == [] and _count(store, Counter.DISK_ERRORS) == 0
 
 
@@ -277,7 +378,7 @@ def test_a_folder_that_cannot_be_written_is_an_error_not_a_crash(
     blocker.write_text("")
     spec = _schema_spec(small)
     store = _store(blocker / "cache", small.engine)
-    assert not store.save(spec, small.engine.compile(spec), None)
+    assert not store.save(spec, small.engine.compile(spec), None, COMPILE_S)
     assert store.load(spec) is None
     assert _count(store, Counter.DISK_ERRORS) == 2  # the write, then the read
 
@@ -300,7 +401,7 @@ def test_a_folder_others_can_write_is_refused_once_and_serving_goes_on_without_i
     # What whoever could write the folder can do: a file for the wanted key
     # whose header is right in every field and whose grammar is another one.
     forger = _store(shared, small.engine)
-    assert forger.save(wanted, small.engine.compile(permissive), None)
+    assert forger.save(wanted, small.engine.compile(permissive), None, COMPILE_S)
     forged = forger.path_for(wanted).read_bytes()
     folder = loosen(shared, monkeypatch)
 
@@ -336,7 +437,7 @@ def test_a_link_planted_as_an_entry_is_not_followed(small: SmallTokenizer, tmp_p
 
     assert store.load(spec) is None
     assert _count(store, Counter.DISK_ERRORS) == 1 and _count(store, Counter.DISK_HITS) == 0
-    assert store.save(spec, small.engine.compile(spec), None)  # replaces the link itself
+    assert store.save(spec, small.engine.compile(spec), None, COMPILE_S)  # replaces the link itself
     assert target.read_bytes() == original
     assert not store.path_for(spec).is_symlink() and store.load(spec) is not None
 
@@ -383,9 +484,9 @@ def test_an_entry_over_the_folder_s_bound_is_refused_without_being_read(
 
 
 BOMB_BYTES = 128 << 20
-# Each bomb's codec: a few kB that decompress to BOMB_BYTES of zeros, or a few
-# bytes whose header makes the decoder allocate a 1 GiB dictionary.
-BOMB_CODECS = {"zlib": "zlib-6", "lzma": "lzma-0", "lzma dictionary": "lzma-0"}
+# A few kB that decompress to BOMB_BYTES of zeros, or a few bytes whose header
+# makes the decoder allocate a 1 GiB dictionary.
+BOMBS = ("lzma", "lzma dictionary")
 
 
 @functools.cache
@@ -393,13 +494,13 @@ def _bomb(kind: str) -> bytes:
     if kind == "lzma dictionary":
         filters = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 30}]
         return lzma.compress(b"x", format=lzma.FORMAT_XZ, filters=filters)
-    compressor = zlib.compressobj(9) if kind == "zlib" else lzma.LZMACompressor(preset=0)
+    compressor = lzma.LZMACompressor(preset=0)
     chunk = bytes(1 << 20)  # compressed a MiB at a time: the test never holds the bomb's output
     pieces = [compressor.compress(chunk) for _ in range(BOMB_BYTES // len(chunk))]
     return b"".join([*pieces, compressor.flush()])
 
 
-@pytest.mark.parametrize("kind", BOMB_CODECS)
+@pytest.mark.parametrize("kind", BOMBS)
 @pytest.mark.parametrize(
     "claimed",
     [{}, {"raw_length": 1000}, {"raw_length": BOMB_BYTES}],
@@ -412,7 +513,7 @@ def test_a_decompression_bomb_is_refused_before_memory_grows_past_the_bound(
     store = _store(tmp_path, small.engine, max_bytes=SMALL_BOUND)
     payload = _bomb(kind)
     header = {
-        "codec": BOMB_CODECS[kind],
+        "codec": "lzma-0",
         "crc32": zlib.crc32(payload),
         "fingerprint": small.engine.fingerprint,
         "key": key_text(spec),
@@ -445,7 +546,7 @@ def _hammer(recipe: XGrammarRecipe, folder: str, start: Any, results: Any) -> No
     start.wait(HANG_GUARD_S)
     for round_ in range(ROUNDS):
         for index, spec in enumerate(specs):
-            store.save(spec, compiled[index], None)
+            store.save(spec, compiled[index], None, COMPILE_S)
             other = (index + round_) % len(specs)
             loaded = store.load(specs[other])
             if loaded is not None and not _matches(engine, loaded, SHARED[other][1]):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from unit_tests.conftest import COMPACT, SmallTokenizer
 
+from grammar_guard.core.compile.lanes import MAX_DEMOTED_QUICK_COMPILES
 from grammar_guard.core.compile.quick_budget import QuickCompileBudget
 from grammar_guard.core.engines.base import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
@@ -26,7 +27,7 @@ from grammar_guard.core.engines.xgrammar import engine as xgrammar_engine
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
 from grammar_guard.core.metrics import Counter
 from grammar_guard.core.request.spec import GrammarSpec, RequestKind
-from grammar_guard.core.service import MAX_DEMOTED_QUICK_COMPILES, CompileService
+from grammar_guard.core.service import CompileService
 from grammar_guard.core.settings import Settings
 
 HANG_GUARD_S = 60.0

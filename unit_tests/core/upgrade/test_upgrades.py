@@ -16,6 +16,7 @@ import pytest
 import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
+from grammar_guard.core.compile import disk_store
 from grammar_guard.core.compile.in_thread import Compiler, CompileResult, InThreadCompiler
 from grammar_guard.core.engines.base import CompiledGrammar, CompilePlan, EngineName, TokenMatcher
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
@@ -303,8 +304,13 @@ def test_a_new_grammar_that_refuses_the_recorded_path_is_not_served(
 
 
 def test_an_upgraded_grammar_replaces_the_first_in_the_cache_folder(
-    routed: RoutedEngine, services: list[CompileService], tmp_path: Path
+    routed: RoutedEngine,
+    services: list[CompileService],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Milliseconds of compile, which no load pays for: keep every file, as for a slow compile.
+    monkeypatch.setattr(disk_store, "pays", lambda _load_s, _compile_s: True)
     spec = _json(LONG_STRING)
     before = _service(routed, cache_dir=tmp_path)
     services.append(before)

@@ -15,6 +15,13 @@ and the cache runs in memory only. Even in a private folder a file is read
 as if hostile: not through a symbolic link, not from a FIFO, not past the
 folder's byte bound, and not decompressed past the size its header gives.
 
+A file is kept only while loading it pays: at most a tenth (``LOAD_SHARE``)
+of the compile it saves. A grammar is not written when even the least a
+load of its size could cost (``LoadCostFloor``) is over that share of its
+compile time; the header records the compile time, each load is timed, and
+a file whose load cost more than that share serves this once and is removed
+(``grammar_guard_disk_unpaid_loads_total``). See docs/persistent-cache.md.
+
 Writes go to a temporary file in the same folder, are flushed to disk and
 then renamed over the final name, so a reader in another process sees the
 old file or the new one, never half of one. The folder is kept under a byte
@@ -23,15 +30,14 @@ budget by removing the least recently used files (a load touches its file).
 File layout::
 
     grammar-guard compiled grammar v1\\n
-    {"codec": ..., "crc32": ..., "fingerprint": ..., "key": ..., "raw_length": ..., ...}\\n
-    payload: the codec applied to GrammarEngine.serialize(compiled), raw_length bytes
+    {"codec": "lzma-0", "compile_s": ..., "crc32": ..., "fingerprint": ..., "key": ..., ...}\\n
+    payload: GrammarEngine.serialize(compiled) (raw_length bytes), lzma preset 0
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -42,7 +48,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from grammar_guard.core.metrics import CacheMetrics, Counter
 from grammar_guard.core.private_folder import (
@@ -69,46 +75,36 @@ _MAX_HEADER_BYTES = 8 << 20
 _PURPOSE = "the persistent cache (compiled grammars stay in memory only)"
 
 
-class Decompressor(Protocol):
-    """A streaming decompressor: zlib's and lzma's have this shape."""
-
-    @property
-    def eof(self) -> bool: ...
-
-    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
-
-
-class _Stored:
-    """The raw codec's decompressor: the payload is the data."""
-
-    eof = True
-
-    def decompress(self, data: bytes, max_length: int, /) -> bytes:
-        return data[:max_length]
-
-
+# The one codec written; a file naming any other is unusable (removed and compiled again).
+CODEC = "lzma-0"
 # liblzma allocates the dictionary a stream's header asks for, up to 1.5 GiB for
-# a file of a few bytes. Decoding preset 6, the largest written here, needs 9 MiB.
+# a file of a few bytes. Decoding preset 0 needs 1.1 MiB.
 _LZMA_MEMLIMIT = 32 << 20
-_lzma_decompressor = functools.partial(lzma.LZMADecompressor, memlimit=_LZMA_MEMLIMIT)
+
+# A load may cost at most this share of the compile it saves; a file whose
+# load costs more is not worth keeping.
+LOAD_SHARE = 0.1
 
 
 @dataclass(frozen=True)
-class Codec:
-    compress: Callable[[bytes], bytes]
-    decompressor: Callable[[], Decompressor]
+class LoadCostFloor:
+    """The least a load can cost, from the serialised grammar's size (measured, see the docs).
+
+    Below the cost of any load measured: a grammar is refused a file only
+    when even this floor is over ``LOAD_SHARE`` of its compile, so none that
+    would pay is refused; the timed load judges the rest.
+    """
+
+    fixed_s: float = 0.5e-3  # open, read, header, checks: a grammar of a few bytes
+    per_byte_s: float = 10e-9  # xgrammar's JSON parse, most of a large grammar's load
+
+    def __call__(self, raw_length: int) -> float:
+        return self.fixed_s + self.per_byte_s * raw_length
 
 
-# Every codec stays readable whichever one writes; see docs/persistent-cache.md
-# for the measurements behind the default.
-CODECS: dict[str, Codec] = {
-    "raw": Codec(bytes, _Stored),
-    "zlib-1": Codec(lambda data: zlib.compress(data, 1), zlib.decompressobj),
-    "zlib-6": Codec(lambda data: zlib.compress(data, 6), zlib.decompressobj),
-    "lzma-0": Codec(lambda data: lzma.compress(data, preset=0), _lzma_decompressor),
-    "lzma-6": Codec(lambda data: lzma.compress(data, preset=6), _lzma_decompressor),
-}
-DEFAULT_CODEC = "lzma-0"
+def pays(load_s: float, compile_s: float) -> bool:
+    """Whether a load of ``load_s`` seconds is worth a file that saves ``compile_s``."""
+    return load_s <= LOAD_SHARE * compile_s
 
 
 class _Unusable(Exception):
@@ -149,23 +145,28 @@ class DiskStore:
         *,
         max_bytes: int,
         metrics: CacheMetrics,
-        codec: str = DEFAULT_CODEC,
+        clock: Callable[[], float] = time.perf_counter,
+        floor: LoadCostFloor = LoadCostFloor(),
     ) -> None:
-        if codec not in CODECS:
-            raise ValueError(f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
         self.folder = folder
         self._engine = engine
         self._max_bytes = max_bytes
         self._metrics = metrics
-        self._codec = codec
+        self._clock = clock  # times loads (tests pass their own)
+        self._floor = floor
 
     def path_for(self, spec: GrammarSpec) -> Path:
         digest = hashlib.sha256(f"{self._engine.fingerprint}\n{key_text(spec)}".encode())
         return self.folder / f"{spec.kind.value}-{digest.hexdigest()[:40]}{SUFFIX}"
 
     def load(self, spec: GrammarSpec) -> CompiledGrammar | None:
-        """The stored grammar of ``spec``, or None (missing or unusable); never raises."""
+        """The stored grammar of ``spec``, or None (missing or unusable); never raises.
+
+        A load that cost more than ``LOAD_SHARE`` of the compile its header
+        records still serves, and its file is removed.
+        """
         path = self.path_for(spec)
+        started = self._clock()
         try:
             if not claim_private_folder(self.folder, _PURPOSE):
                 return None
@@ -177,28 +178,52 @@ class DiskStore:
             self._error(f"cannot read {path}: {exc}")
             return None
         try:
-            compiled = self._decode(spec, data)
+            compiled, compile_s = self._decode(spec, data)
         except Exception as exc:  # whatever is wrong with the file, serving goes on
             self._error(f"ignoring {path}: {exc}; a fresh compile will replace it")
             _remove_if_same(path, identity)
             return None
-        with contextlib.suppress(OSError):  # least recently used goes first
-            os.utime(path)
         self._metrics.count(Counter.DISK_HITS)
+        load_s = self._clock() - started
+        if pays(load_s, compile_s):
+            with contextlib.suppress(OSError):  # least recently used goes first
+                os.utime(path)
+        else:
+            logger.info(
+                "grammar-guard: removing %s from the cache folder: its load took %.3f s, "
+                "more than a tenth of its %.3f s compile",
+                spec.describe(),
+                load_s,
+                compile_s,
+            )
+            self._metrics.count(Counter.DISK_UNPAID_LOADS)
+            _remove_if_same(path, identity)
         return compiled
 
-    def save(self, spec: GrammarSpec, compiled: CompiledGrammar, serialized: bytes | None) -> bool:
+    def save(
+        self,
+        spec: GrammarSpec,
+        compiled: CompiledGrammar,
+        serialized: bytes | None,
+        compile_s: float,
+    ) -> bool:
         """Store ``compiled`` (``serialized`` is its serialised form, if known); never raises.
 
-        Returns whether a file was written: a grammar larger than the whole
-        budget (stored or decompressed) is not, nor one for a refused folder.
+        ``compile_s`` is how long its compile took. Returns whether a file was
+        written: not for a grammar whose load could not pay (even the floor of
+        a load's cost is over ``LOAD_SHARE`` of ``compile_s``), nor one larger
+        than the whole budget (stored or decompressed), nor for a refused folder.
         """
+        if not pays(self._floor(0), compile_s):
+            return False  # a compile of milliseconds: no load is worth a file
         path = self.path_for(spec)
         try:
             if not claim_private_folder(self.folder, _PURPOSE):
                 return False
             raw = self._engine.serialize(compiled) if serialized is None else serialized
-            data = self._encode(spec, compiled, raw)
+            if not pays(self._floor(len(raw)), compile_s):
+                return False
+            data = self._encode(spec, compiled, raw, compile_s)
             largest = max(len(raw), len(data))
             if largest > self._max_bytes:
                 logger.info(
@@ -229,10 +254,13 @@ class DiskStore:
             total -= item.size
         _remove_stale_temps(self.folder)
 
-    def _encode(self, spec: GrammarSpec, compiled: CompiledGrammar, raw: bytes) -> bytes:
-        payload = CODECS[self._codec].compress(raw)
+    def _encode(
+        self, spec: GrammarSpec, compiled: CompiledGrammar, raw: bytes, compile_s: float
+    ) -> bytes:
+        payload = lzma.compress(raw, preset=0)
         header = {
-            "codec": self._codec,
+            "codec": CODEC,
+            "compile_s": compile_s,
             "crc32": zlib.crc32(payload),
             "fingerprint": self._engine.fingerprint,
             "key": key_text(spec),
@@ -242,7 +270,8 @@ class DiskStore:
         }
         return MAGIC + json.dumps(header, ensure_ascii=False).encode() + b"\n" + payload
 
-    def _decode(self, spec: GrammarSpec, data: bytes) -> CompiledGrammar:
+    def _decode(self, spec: GrammarSpec, data: bytes) -> tuple[CompiledGrammar, float]:
+        """The grammar, and the compile time its header records (0 when it records none)."""
         header, payload = _split(data)
         if header.get("fingerprint") != self._engine.fingerprint:
             raise _Unusable("compiled for another tokenizer or library release")
@@ -250,24 +279,26 @@ class DiskStore:
             raise _Unusable("holds another grammar")
         if header.get("length") != len(payload) or header.get("crc32") != zlib.crc32(payload):
             raise _Unusable("truncated or corrupted")
-        codec = CODECS.get(header.get("codec", ""))
-        if codec is None:
+        if header.get("codec") != CODEC:
             raise _Unusable(f"unknown codec {header.get('codec')!r}")
         # Files written before raw_length was recorded may be as large as the bound.
         raw_length = header.get("raw_length", self._max_bytes)
         # Checked before use: a max_length of 0 (zlib) or -1 (lzma) means no limit at all.
         if not isinstance(raw_length, int) or not 0 <= raw_length <= self._max_bytes:
             raise _Unusable(f"raw_length {raw_length!r} is not within 0..{self._max_bytes}")
-        return self._engine.deserialize(_decompress(codec, payload, raw_length))
+        compile_s = header.get("compile_s", 0.0)
+        if not isinstance(compile_s, (int, float)):
+            raise _Unusable(f"compile_s {compile_s!r} is not a number")
+        return self._engine.deserialize(_decompress(payload, raw_length)), float(compile_s)
 
     def _error(self, message: str) -> None:
         self._metrics.count(Counter.DISK_ERRORS)
         logger.warning("grammar-guard cache folder: %s", message)
 
 
-def _decompress(codec: Codec, payload: bytes, max_bytes: int) -> bytes:
+def _decompress(payload: bytes, max_bytes: int) -> bytes:
     """``payload`` decompressed; refused once it passes ``max_bytes``, before it grows further."""
-    decompressor = codec.decompressor()
+    decompressor = lzma.LZMADecompressor(memlimit=_LZMA_MEMLIMIT)
     raw = decompressor.decompress(payload, max_bytes + 1)
     if len(raw) > max_bytes:
         raise _Unusable(f"decompresses to more than the {max_bytes} bytes its header allows")

@@ -24,6 +24,9 @@ class CompileResult:
     compiled: CompiledGrammar
     # ``GrammarEngine.serialize(compiled)``, when the compiler had it anyway.
     serialized: bytes | None = None
+    # The compile's wall time, where the caller timed it: the cache folder
+    # weighs a load against it.
+    seconds: float = 0.0
 
 
 class Compiler(Protocol):
