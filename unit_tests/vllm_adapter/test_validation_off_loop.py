@@ -19,8 +19,8 @@ from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 import grammar_guard
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
-from grammar_guard.core.request.lanes import BoundedLanes, LaneSizes
 from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
+from grammar_guard.core.request.validation_lanes import BoundedLanes, LaneSizes
 from grammar_guard.vllm_adapter import frontend
 
 grammar_guard.register()

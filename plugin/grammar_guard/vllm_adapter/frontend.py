@@ -42,9 +42,9 @@ from grammar_guard import BACKEND_NAME
 from grammar_guard.core.engines.routing import route
 from grammar_guard.core.errors import InvalidGrammarError, quoted_excerpt
 from grammar_guard.core.metrics import CacheMetrics, Counter, LabelledCounter
-from grammar_guard.core.request.lanes import BoundedLanes, bounded_size
 from grammar_guard.core.request.memo import SpecMemo
 from grammar_guard.core.request.spec import SMALL_SPEC_CHARS, CompileOptions, GrammarSpec
+from grammar_guard.core.request.validation_lanes import BoundedLanes, bounded_size
 from grammar_guard.core.schema.findings import Finding, iter_labels
 from grammar_guard.core.settings import (
     EngineSelection,

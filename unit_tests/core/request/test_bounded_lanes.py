@@ -7,8 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from grammar_guard.core.request.lanes import BoundedLanes, LaneFullError, LaneSizes, bounded_size
 from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
+from grammar_guard.core.request.validation_lanes import (
+    BoundedLanes,
+    LaneFullError,
+    LaneSizes,
+    bounded_size,
+)
 
 ONE_EACH = LaneSizes(small_threads=1, small_waiting=1, large_threads=1, large_waiting=1)
 WAIT_S = 10.0  # far beyond what any task here takes; only a broken lane reaches it

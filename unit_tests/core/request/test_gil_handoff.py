@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from grammar_guard.core.request.gil_handoff import HANDOFF_INTERVAL_S, SwitchIntervalWhileRunning
-from grammar_guard.core.request.lanes import BoundedLanes
 from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
+from grammar_guard.core.request.validation_lanes import BoundedLanes
 
 DEFAULT_INTERVAL_S = 0.005
 WAIT_S = 10.0
