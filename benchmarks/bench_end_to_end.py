@@ -44,8 +44,8 @@ grammar-guard then finishes what that started (``service.drain``: compiles,
 disk writes, background upgrades of a key to another engine), so every
 timed batch is the steady state on cached keys.
 
-    .venv/bin/python benchmarks/bench_end_to_end.py [--runs 3] [--markdown PATH]  # 5 engines
-    .venv/bin/python benchmarks/bench_end_to_end.py --smoke  # 2 engines, batches 1 and 8, 1 run
+    .venv/bin/python -m benchmarks.bench_end_to_end [--runs 3] [--markdown PATH]  # 5 engines
+    .venv/bin/python -m benchmarks.bench_end_to_end --smoke  # 2 engines, batches 1 and 8, 1 run
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from harness.fresh import Fresh
-from harness.model import grammar_guard_service, model_tokenizer
-
 from benchmarks.scoped_env import CLOSED_OBJECTS
 from benchmarks.step_breakdown import clocks_on, parts_ms
 from benchmarks.step_breakdown import table as breakdown_table
 from benchmarks.vocabulary import kept_out_of_strings
+from harness.fresh import Fresh
+from harness.model import grammar_guard_service, model_tokenizer
+
 from grammar_guard.demo.cases import TAGS_SCHEMA
 
 SCHEMA_A: dict[str, Any] = {

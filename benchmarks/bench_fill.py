@@ -27,7 +27,7 @@ Four comparisons, each its own table:
   which the hook batches per engine; the xgrammar rows must equal vLLM
   xgrammar's, the llguidance rows are compared with vLLM guidance's.
 
-    .venv/bin/python benchmarks/bench_fill.py [--repeats 15] [--batch-sizes 1 8 32 128]
+    .venv/bin/python -m benchmarks.bench_fill [--repeats 15] [--batch-sizes 1 8 32 128]
         [--markdown PATH]
 """
 
@@ -46,9 +46,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-
-from scoped_env import CLOSED_OBJECTS, scoped_environment
-from vocabulary import as_bitmask_row, deepseek_tokenizer, kept_out_of_strings
+from benchmarks.scoped_env import CLOSED_OBJECTS, scoped_environment
+from benchmarks.vocabulary import as_bitmask_row, kept_out_of_strings
+from harness.model import model_tokenizer
 
 BATCH_SIZES = (1, 8, 32, 128)
 VOCAB_SIZE = 129280
@@ -389,7 +389,7 @@ class Tables:
 
 
 def run(sizes: Sequence[int], repeats: int) -> Tables:
-    tokenizer = deepseek_tokenizer()
+    tokenizer = model_tokenizer()
     sides = Sides(tokenizer, max(sizes))
     from grammar_guard.core.bitmask import words_per_row
 

@@ -1,4 +1,4 @@
-"""The test model's tokenizer as vLLM loads it, and the parts of a running ``LLM`` tests reach into."""
+"""The test model's tokenizer as vLLM loads it, and the parts of a running ``LLM`` tests reach."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 
 @functools.cache
-def model_tokenizer() -> Any:
-    """The tiny model's 129k-token tokenizer, loaded by vLLM's own ``get_tokenizer``.
+def model_tokenizer(model: str | None = None) -> Any:
+    """``model``'s tokenizer (default: the tiny model's 129k-token one) by vLLM's ``get_tokenizer``.
 
     The one an engine of that model gets, end-of-sequence token included
     (the bare ``tokenizer.json`` has none).
@@ -20,7 +20,7 @@ def model_tokenizer() -> Any:
 
     from grammar_guard.demo.tiny_model import build_tiny_model
 
-    return get_tokenizer(str(build_tiny_model()))
+    return get_tokenizer(model or str(build_tiny_model()))
 
 
 def structured_output_manager(llm: Any) -> Any:
