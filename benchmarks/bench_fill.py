@@ -87,6 +87,7 @@ VLLM_XGRAMMAR, VLLM_GUIDANCE = "vLLM xgrammar", "vLLM guidance"
 GG_XGRAMMAR, GG_ROUTED = "grammar-guard, xgrammar", "grammar-guard"
 GG_MIXED = "grammar-guard, mixed"
 ENGINE_OF_MATCHER = {"XGrammarMatcher": "xgrammar", "LLGuidanceMatcher": "llguidance"}
+RECORDED = "recorded for an upgrade trial"  # rows whose matcher also records its path
 
 
 @dataclass(frozen=True)
@@ -201,8 +202,9 @@ class Side:
             if self.drafts:
                 self.scheduled[f"r{i}"] = _drafts(tokenizer, grammar, prefix, self.drafts)
             if self.hooked:
-                matcher = type(grammar.batch_matcher()).__name__
-                self.engines[ENGINE_OF_MATCHER.get(matcher, matcher)] += 1
+                engine, recorded = _engine_of(grammar.batch_matcher())
+                self.engines[engine] += 1
+                self.engines[f"{engine} {RECORDED}"] += recorded
             structured = SimpleNamespace(grammar=grammar, reasoning_ended=None)
             self.requests[f"r{i}"] = SimpleNamespace(
                 request_id=f"r{i}", structured_output_request=structured
@@ -242,7 +244,22 @@ class Side:
         return used.most_common(1)[0][0] if used else "direct"
 
     def engine_rows(self) -> str:
-        return " / ".join(f"{self.engines.get(e, 0)}" for e in ("xgrammar", "llguidance"))
+        """Rows per engine, and apart those that also record their path for an upgrade trial."""
+        engines = ("xgrammar", "llguidance")
+        shown = " / ".join(str(self.engines.get(e, 0)) for e in engines)
+        others = [
+            f"{n} {name}" for name, n in sorted(self.engines.items()) if n and name not in engines
+        ]
+        return shown + (f" ({', '.join(others)})" if others else "")
+
+
+def _engine_of(matcher: Any) -> tuple[str, bool]:
+    """The engine filling ``matcher``'s rows, and whether a wrapper records them (a trial's)."""
+    inner = getattr(matcher, "inner", None)
+    if inner is not None:
+        return _engine_of(inner)[0], True
+    name = type(matcher).__name__
+    return ENGINE_OF_MATCHER.get(name, name), False
 
 
 def _drafts(tokenizer: Any, grammar: Any, prefix: str, count: int) -> list[int]:
