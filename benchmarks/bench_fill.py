@@ -1,34 +1,12 @@
 """Bitmask fill time per engine step: vLLM's xgrammar and guidance backends against grammar-guard.
 
-Every side runs the real ``StructuredOutputManager.grammar_bitmask`` of the
-installed vLLM, in one process, on the real 129k-token tokenizer: vLLM's
-original method with its ``XgrammarBackend`` or ``GuidanceBackend``
-grammars, and the method as grammar-guard's fill hook wraps it with
-``GrammarGuardBackend`` grammars. Each step fills one row per request (no
-speculative decoding) except in the drafts table; grammars sit at fixed
-positions, so every step does the same work. The sides take turns step by
-step, starting with a different one each step, so machine noise hits all alike.
-
-Four comparisons, each its own table:
-
-* grammar-guard forced onto xgrammar (``GRAMMAR_GUARD_ENGINE=xgrammar``)
-  against vLLM's xgrammar backend: the same engine on both sides, so every
-  step's masks must be bit-identical (the run fails otherwise);
-* the same with speculative decoding: the manager and the backends
-  configured for ``num_speculative_tokens = 3``, and every request given 3
-  scheduled drafts its grammar accepts (tokens of its prefix's continuation),
-  so it has 4 rows: its drafts' and the bonus token's. The masks are checked
-  as above; rows per second count every row;
-* grammar-guard routed (the default), in steady state (its background
-  compiles drained before timing), against both vLLM backends; which engine
-  served the rows depends on routing, so masks are compared and reported;
-* mixed engines in one step: easy rows on xgrammar grammars, rows inside a
-  long string on llguidance grammars (grammar-guard with each engine forced),
-  which the hook batches per engine; the xgrammar rows must equal vLLM
-  xgrammar's, the llguidance rows are compared with vLLM guidance's.
+Every side runs the installed vLLM's real ``StructuredOutputManager.grammar_bitmask``
+in one process on the 129k-token tokenizer, the sides taking turns step by
+step; docs/benchmarks.md ("Bitmask fill") describes the four tables and their
+goal. grammar-guard on xgrammar must fill vLLM xgrammar's masks short of
+kept-out tokens (``vocabulary.py``), or the run fails.
 
     .venv/bin/python -m benchmarks.bench_fill [--repeats 15] [--batch-sizes 1 8 32 128]
-        [--markdown PATH]
 """
 
 from __future__ import annotations
