@@ -1,48 +1,13 @@
 """Constrained decoding on a real engine: throughput and per-step cost, grammar-guard against vLLM.
 
-Every configuration is an engine of its own (the tiny model, an in-process
-engine core, ``grammar_guard.demo.engine``) in a subprocess of its own:
-``none`` (requests without a constraint), vLLM's ``xgrammar`` and
-``guidance`` backends, ``grammar-guard`` (the default, routed) and
-``grammar-guard-xgrammar`` (``GRAMMAR_GUARD_ENGINE=xgrammar``). All stay up
-and take turns, one timed batch at a time, so load from other processes on
-the machine hits them alike.
-
-The requests: request ``i`` of a batch asks for schema A (a bounded string,
-a bounded integer, a short array of an enum) when ``i`` is even and for
-schema B (``TAGS_SCHEMA`` of ``grammar_guard.demo.cases``, the nested case of
-``benchmarks/first_request.py``: an enum array and a point) when odd, in
-compact JSON (``disable_any_whitespace``), sampled with seed ``i``.
-
-It reports:
-
-* throughput at the largest batch: output tokens per second, best of
-  ``--runs`` batches, each constrained backend against the faster of vLLM's
-  two (with whether their outputs are the same tokens: rates of different
-  outputs are not the same work), and the ceiling: that backend's own outputs
-  decoded with no grammar at all (its twin, below);
-* the same with every core busy: one spinning process per core runs while
-  the engines take their turns again at the largest batch, vLLM's two
-  backends with their twins, for the ceiling under load; the median of
-  ``busy_runs`` batches, not the best: under load one batch's time varies
-  severalfold from turn to turn, and the best would be whichever batch the
-  spinners happened to leave alone;
-* per-step time at every batch size: each constrained batch against an
-  unconstrained twin in the same engine, with the same prompts and the same
-  output length per request (``min_tokens = max_tokens`` = the constrained
-  output's length, ``ignore_eos``), so the only difference is the grammar;
-  goal: at most 1.05x;
-* where a step's time goes at the smallest batch, constrained and twin
-  (``step_breakdown.py``), from one more batch of each with clocks on;
-* token ids: which configurations produced exactly the same tokens.
-  grammar-guard on xgrammar must match vLLM xgrammar, except where vLLM's
-  sampled a token grammar-guard keeps out of strings on purpose (see
-  ``vocabulary.py``); anything else fails the run.
-
-Each engine decodes every batch once untimed first (compiles, first steps);
-grammar-guard then finishes what that started (``service.drain``: compiles,
-disk writes, background upgrades of a key to another engine), so every
-timed batch is the steady state on cached keys.
+Every configuration (``none``, vLLM's ``xgrammar`` and ``guidance``,
+``grammar-guard`` routed and ``grammar-guard-xgrammar``) is the tiny model's
+engine in a fresh interpreter of its own (``harness.fresh``); all stay up and
+take turns, one timed batch at a time. docs/benchmarks.md ("End-to-end
+decoding") describes the tables. The throughput goals are judged on equal
+work only (grammar-guard on xgrammar against vLLM xgrammar, the same token
+ids); a per-step ratio below 1.0 is noise. grammar-guard on xgrammar must
+decode vLLM xgrammar's tokens short of a kept-out token, or the run fails.
 
     .venv/bin/python -m benchmarks.bench_end_to_end [--runs 3] [--markdown PATH]  # 5 engines
     .venv/bin/python -m benchmarks.bench_end_to_end --smoke  # 2 engines, batches 1 and 8, 1 run
