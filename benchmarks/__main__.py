@@ -5,9 +5,9 @@ backends in the same run, and writes their tables into docs/benchmarks.md
 (``--no-docs``: only into ``--out``). ``--smoke`` runs each in a short form
 that proves it still works; its figures mean nothing, so it never writes the
 docs. ``--data DIR`` is the folder holding the full schema collections, which
-the full forms of ``coverage`` and ``upgrade_masks`` read: without it a full
-run skips those two, saying so (their smoke forms read the repository's
-sample in data/). Run from the repository root with the project's virtualenv.
+the full form of ``coverage`` reads: without it a full run skips it, saying
+so (its smoke form reads the repository's sample in data/). Run from the
+repository root with the project's virtualenv.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="the folder holding the full collections (json-schema-test-suite/, "
-        "jsonschemabench/) for the full forms of coverage and upgrade_masks; without it a "
-        "full run skips those two (smoke forms read the repository's sample in data/)",
+        "jsonschemabench/) for the full form of coverage; without it a full run skips it "
+        "(its smoke form reads the repository's sample in data/)",
     )
     run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return parser

@@ -1,6 +1,6 @@
 """CPU benchmark of the mask apply path: vLLM's and xgrammar's against the plugin's.
 
-Run: ``.venv/bin/python benchmarks/bench_apply.py [--threads N] [--repeats N]
+Run: ``.venv/bin/python -m benchmarks.bench_apply [--threads N] [--repeats N]
 [--batch-sizes 1 8 32 128] [--markdown PATH]``
 
 For each batch size, logits dtype and kind of mask it times, in one process:

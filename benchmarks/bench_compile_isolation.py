@@ -10,7 +10,7 @@ several nice values. Prints markdown tables; each ratio is process / thread.
 Wall times are medians and need an otherwise idle machine; CPU times (the
 workers' included) hardly depend on the machine's load.
 
-    .venv/bin/python benchmarks/bench_compile_isolation.py [--repeats 5] [--workers 2]
+    .venv/bin/python -m benchmarks.bench_compile_isolation [--repeats 5] [--workers 2]
         [--sections start compile decode] [--nice 0 5 10] [--quick] [--markdown PATH]
 
 ``--quick`` compiles a tenth as many small grammars per row, as many long
@@ -34,13 +34,13 @@ from typing import Any
 
 import psutil
 import torch
+from harness.model import model_tokenizer
 
 from grammar_guard.core.compile.in_thread import Compiler, InThreadCompiler
 from grammar_guard.core.compile.workers import ProcessCompiler
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
 from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, default_compile_workers
-from vocabulary import deepseek_tokenizer
 
 VOCAB_SIZE = 129280
 NO_LIMIT_S = 3600.0
@@ -95,9 +95,7 @@ def grammars(long_base: int) -> tuple[Grammar, ...]:
 def build_engine() -> XGrammarEngine:
     """As ``core.engine_factory.build_engine`` does for a Hugging Face tokenizer."""
     threads = max(1, os.cpu_count() or 1)
-    return XGrammarEngine.for_hf_tokenizer(
-        deepseek_tokenizer(), VOCAB_SIZE, compile_threads=threads
-    )
+    return XGrammarEngine.for_hf_tokenizer(model_tokenizer(), VOCAB_SIZE, compile_threads=threads)
 
 
 @contextmanager

@@ -1,34 +1,12 @@
 """Bitmask fill time per engine step: vLLM's xgrammar and guidance backends against grammar-guard.
 
-Every side runs the real ``StructuredOutputManager.grammar_bitmask`` of the
-installed vLLM, in one process, on the real 129k-token tokenizer: vLLM's
-original method with its ``XgrammarBackend`` or ``GuidanceBackend``
-grammars, and the method as grammar-guard's fill hook wraps it with
-``GrammarGuardBackend`` grammars. Each step fills one row per request (no
-speculative decoding) except in the drafts table; grammars sit at fixed
-positions, so every step does the same work. The sides take turns step by
-step, starting with a different one each step, so machine noise hits all alike.
+Every side runs the installed vLLM's real ``StructuredOutputManager.grammar_bitmask``
+in one process on the 129k-token tokenizer, the sides taking turns step by
+step; docs/benchmarks.md ("Bitmask fill") describes the four tables and their
+goal. grammar-guard on xgrammar must fill vLLM xgrammar's masks short of
+kept-out tokens (``vocabulary.py``), or the run fails.
 
-Four comparisons, each its own table:
-
-* grammar-guard forced onto xgrammar (``GRAMMAR_GUARD_ENGINE=xgrammar``)
-  against vLLM's xgrammar backend: the same engine on both sides, so every
-  step's masks must be bit-identical (the run fails otherwise);
-* the same with speculative decoding: the manager and the backends
-  configured for ``num_speculative_tokens = 3``, and every request given 3
-  scheduled drafts its grammar accepts (tokens of its prefix's continuation),
-  so it has 4 rows: its drafts' and the bonus token's. The masks are checked
-  as above; rows per second count every row;
-* grammar-guard routed (the default), in steady state (its background
-  compiles drained before timing), against both vLLM backends; which engine
-  served the rows depends on routing, so masks are compared and reported;
-* mixed engines in one step: easy rows on xgrammar grammars, rows inside a
-  long string on llguidance grammars (grammar-guard with each engine forced),
-  which the hook batches per engine; the xgrammar rows must equal vLLM
-  xgrammar's, the llguidance rows are compared with vLLM guidance's.
-
-    .venv/bin/python benchmarks/bench_fill.py [--repeats 15] [--batch-sizes 1 8 32 128]
-        [--markdown PATH]
+    .venv/bin/python -m benchmarks.bench_fill [--repeats 15] [--batch-sizes 1 8 32 128]
 """
 
 from __future__ import annotations
@@ -46,9 +24,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-
-from scoped_env import CLOSED_OBJECTS, scoped_environment
-from vocabulary import as_bitmask_row, deepseek_tokenizer, kept_out_of_strings
+from benchmarks.scoped_env import CLOSED_OBJECTS, scoped_environment
+from benchmarks.vocabulary import as_bitmask_row, kept_out_of_strings
+from harness.model import model_tokenizer
 
 BATCH_SIZES = (1, 8, 32, 128)
 VOCAB_SIZE = 129280
@@ -87,6 +65,7 @@ VLLM_XGRAMMAR, VLLM_GUIDANCE = "vLLM xgrammar", "vLLM guidance"
 GG_XGRAMMAR, GG_ROUTED = "grammar-guard, xgrammar", "grammar-guard"
 GG_MIXED = "grammar-guard, mixed"
 ENGINE_OF_MATCHER = {"XGrammarMatcher": "xgrammar", "LLGuidanceMatcher": "llguidance"}
+RECORDED = "recorded for an upgrade trial"  # rows whose matcher also records its path
 
 
 @dataclass(frozen=True)
@@ -201,8 +180,9 @@ class Side:
             if self.drafts:
                 self.scheduled[f"r{i}"] = _drafts(tokenizer, grammar, prefix, self.drafts)
             if self.hooked:
-                matcher = type(grammar.batch_matcher()).__name__
-                self.engines[ENGINE_OF_MATCHER.get(matcher, matcher)] += 1
+                engine, recorded = _engine_of(grammar.batch_matcher())
+                self.engines[engine] += 1
+                self.engines[f"{engine} {RECORDED}"] += recorded
             structured = SimpleNamespace(grammar=grammar, reasoning_ended=None)
             self.requests[f"r{i}"] = SimpleNamespace(
                 request_id=f"r{i}", structured_output_request=structured
@@ -242,7 +222,22 @@ class Side:
         return used.most_common(1)[0][0] if used else "direct"
 
     def engine_rows(self) -> str:
-        return " / ".join(f"{self.engines.get(e, 0)}" for e in ("xgrammar", "llguidance"))
+        """Rows per engine, and apart those that also record their path for an upgrade trial."""
+        engines = ("xgrammar", "llguidance")
+        shown = " / ".join(str(self.engines.get(e, 0)) for e in engines)
+        others = [
+            f"{n} {name}" for name, n in sorted(self.engines.items()) if n and name not in engines
+        ]
+        return shown + (f" ({', '.join(others)})" if others else "")
+
+
+def _engine_of(matcher: Any) -> tuple[str, bool]:
+    """The engine filling ``matcher``'s rows, and whether a wrapper records them (a trial's)."""
+    inner = getattr(matcher, "inner", None)
+    if inner is not None:
+        return _engine_of(inner)[0], True
+    name = type(matcher).__name__
+    return ENGINE_OF_MATCHER.get(name, name), False
 
 
 def _drafts(tokenizer: Any, grammar: Any, prefix: str, count: int) -> list[int]:
@@ -389,7 +384,7 @@ class Tables:
 
 
 def run(sizes: Sequence[int], repeats: int) -> Tables:
-    tokenizer = deepseek_tokenizer()
+    tokenizer = model_tokenizer()
     sides = Sides(tokenizer, max(sizes))
     from grammar_guard.core.masks.layout import words_per_row
 

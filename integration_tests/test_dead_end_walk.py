@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 from benchmarks.coverage.cases import Selection, discover, load_case, sample_data_dir
-from benchmarks.coverage.checker import load_tokenizer
+from harness.model import model_tokenizer
 
 from grammar_guard.core.engines.base import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
@@ -155,7 +155,7 @@ def engines() -> Engines:
     # The backend's own construction, for each engine alone and routed.
     from grammar_guard.core.engines.factory import build_engine
 
-    tokenizer = load_tokenizer()
+    tokenizer = model_tokenizer()
     vocab_size = len(tokenizer)
     xgrammar = build_engine(tokenizer, vocab_size, selection=EngineSelection.XGRAMMAR)
     llguidance = build_engine(tokenizer, vocab_size, selection=EngineSelection.LLGUIDANCE)

@@ -22,7 +22,7 @@ import os
 
 import pytest
 from benchmarks.coverage.cases import sample_data_dir
-from benchmarks.upgrade_masks import routed_engine, upgradable_cases, write_instance
+from benchmarks.coverage.upgradable import routed_engine, upgradable_cases, write_instance
 
 from grammar_guard.core.engines.base import EngineName
 from grammar_guard.core.engines.routed import RoutedEngine

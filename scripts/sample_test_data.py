@@ -13,7 +13,7 @@ sample is copied, byte for byte, holding:
    ``discover(data, Selection(limit=3))`` picks them: the dead-end walk's
    slice, the same in the sample as in the full collection;
 3. ``upgradable``: every schema routing would offer an upgrade for
-   (``benchmarks.upgrade_masks.upgradable_cases``), so the upgrade-language
+   (``benchmarks.coverage.upgradable.upgradable_cases``), so the upgrade-language
    test checks the same schemas on the sample as on the full collection;
 4. ``random``: seeded random files of each category, until it holds
    ``PER_CATEGORY`` files.
@@ -77,7 +77,7 @@ def first_files(source: Path) -> set[str]:
 
 def upgradable_files(source: Path) -> set[str]:
     """The jsonschemabench files with a schema whose compact key routing would upgrade."""
-    from benchmarks.upgrade_masks import upgradable_cases
+    from benchmarks.coverage.upgradable import upgradable_cases
 
     prefix = f"{JSONSCHEMABENCH}/"
     names = (item.name for item in upgradable_cases(source))

@@ -120,9 +120,9 @@ def small_llguidance() -> LLGuidanceEngine:
 @pytest.fixture(scope="session")
 def model_tokenizer() -> Any:
     """The tiny model's real 129k-token tokenizer: for what only a full vocabulary shows."""
-    from benchmarks.vocabulary import deepseek_tokenizer
+    from harness.model import model_tokenizer
 
-    return deepseek_tokenizer()
+    return model_tokenizer()
 
 
 @pytest.fixture(scope="session")

@@ -137,7 +137,7 @@ class Case:
 @dataclass(frozen=True)
 class Selection:
     # The shared collections: what the other readers of discover() (the
-    # dead-end walk, upgrade_masks) measure. The command line's default is SUITES.
+    # dead-end walk, the upgrade-language test) measure. The command line's default is SUITES.
     suites: Sequence[str] = SHARED_SUITES
     categories: Sequence[str] = ()  # fnmatch patterns; empty: every category
     files: Sequence[str] = ()  # file names or suite-relative paths; empty: every file

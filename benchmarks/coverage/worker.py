@@ -97,9 +97,10 @@ def _serve(connection: Any, settings: WorkerSettings) -> int:
         del os.environ[name]
     os.environ.update(plugin_environment(settings))
     try:
-        from benchmarks.coverage.checker import SchemaChecker, load_tokenizer
+        from benchmarks.coverage.checker import SchemaChecker
+        from harness.model import model_tokenizer
 
-        checker = SchemaChecker(load_tokenizer(), whitespace=settings.whitespace)
+        checker = SchemaChecker(model_tokenizer(), whitespace=settings.whitespace)
     except Exception:
         connection.send(("failed", traceback.format_exc()))
         return 1

@@ -47,7 +47,7 @@ def _write_suite_file(data_dir: Path, groups: list[dict[str, Any]]) -> None:
 def test_the_project_cases_are_in_a_default_run_and_out_of_the_shared_default() -> None:
     assert (*SHARED_SUITES, PROJECT_CASES) == SUITES
     assert _arguments([]).suite == "all"
-    # discover()'s other readers (the dead-end walk, upgrade_masks) keep the shared collections.
+    # discover()'s other readers (dead-end walk, upgrade-language test) keep the shared ones.
     assert tuple(Selection().suites) == SHARED_SUITES
     assert PROJECT_CASES in (REPO / "data" / "README.md").read_text(encoding="utf-8")
 

@@ -3,9 +3,9 @@
 The tests read data/: the whole JSON-Schema-Test-Suite draft 2020-12 and a
 sample of jsonschemabench (scripts/sample_test_data.py). A fresh clone has
 nothing else, so every file the repository names must be in the sample. The
-coverage and upgrade_masks benchmarks read the full collections given with
-``--data DIR``; without it they run on the sample and say so, and a full
-``python -m benchmarks all`` skips them rather than write the sample's figures
+coverage benchmark reads the full collections given with
+``--data DIR``; without it it runs on the sample and says so, and a full
+``python -m benchmarks all`` skips it rather than write the sample's figures
 into the docs.
 """
 
@@ -45,7 +45,7 @@ BENCH = suite_folder(SAMPLE_DATA_DIR, JSONSCHEMABENCH)
 NAMING_PLACES = ("unit_tests", "integration_tests", "benchmarks", "harness")
 # A jsonschemabench file name: ``<category>---<name>.json``, ``BFCL_<kind>_<n>.json``, ...
 _BENCH_NAME = re.compile(r"[A-Za-z0-9_]+---[A-Za-z0-9_.\-]+?\.json|(?:BFCL_[a-z_]+|JME)_\d+\.json")
-FULL_DATA = ("upgrade_masks", "coverage")  # in BENCHMARKS' order
+FULL_DATA = ("coverage",)
 
 
 def _manifest() -> dict[str, object]:

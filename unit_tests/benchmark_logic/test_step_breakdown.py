@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from benchmarks.step_breakdown import clocks_on, parts_ms
 from harness.skip_policy import UNAVAILABLE_HERE
 from vllm.v1.core.sched.scheduler import Scheduler
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from step_breakdown import clocks_on, parts_ms
 
 # The breakdown times the V1 runner's apply; vLLM 0.34 has only V2 runners.
 gpu_model_runner = pytest.importorskip(

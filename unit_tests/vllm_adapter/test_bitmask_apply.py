@@ -374,7 +374,7 @@ def test_install_is_idempotent() -> None:
 
 def test_the_gpu_check_skips_cleanly_without_a_gpu() -> None:
     if torch.cuda.is_available():
-        unavailable_here("a GPU is present: run benchmarks/gpu_apply_check.py itself")
+        unavailable_here("a GPU is present: run python -m benchmarks.gpu_apply_check itself")
     script = Path(__file__).parents[2] / "benchmarks" / "gpu_apply_check.py"
     run = subprocess.run(
         [sys.executable, str(script), "--part", "engines"],
