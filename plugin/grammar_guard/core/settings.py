@@ -261,15 +261,15 @@ DEFAULT_UPGRADE_AFTER = 2
 def default_compile_workers() -> int:
     # Four at least: slow compiles arrive faster than they finish on a small
     # machine, and a new cheap grammar must find a worker free of them
-    # (docs/head-of-line.md: two workers set the p99 at 6.5 s of waiting).
+    # (docs/head-of-line.md: with two workers, cheap grammars waited behind slow ones).
     return max(4, (os.cpu_count() or 1) // 2)
 
 
 def default_worker_memory_bytes() -> int:
     """Each compile worker's address space: a quarter of the machine, within 8 to 32 GiB.
 
-    A worker maps torch and the tokenizer (about 1.5 GiB of address space
-    here) before it compiles anything, and every thread of a native compile
+    A worker maps torch and the tokenizer (gigabytes of address space)
+    before it compiles anything, and every thread of a native compile
     may reserve an allocator arena: those are what the per-core share is for.
     A hostile compile that needs more fails in its worker instead of taking
     the machine's memory from the engine.

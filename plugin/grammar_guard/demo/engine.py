@@ -10,7 +10,7 @@ from grammar_guard.demo.tiny_model import build_tiny_model
 if TYPE_CHECKING:
     from vllm import LLM
 
-# Engine settings that fit the tiny model on a 2-core CPU machine.
+# Engine settings that fit the tiny model on a small CPU-only machine.
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 ENGINE_KWARGS: dict[str, object] = {
     "max_model_len": 1024,

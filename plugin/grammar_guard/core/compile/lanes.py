@@ -173,8 +173,8 @@ def thread_priority(settings: Settings, *, lowered: bool) -> dict[str, Any]:
     engine's own threads must win from them. A lowered thread of the
     engine's process is a hazard wherever it runs Python: holding the GIL
     when the scheduler passes it over, it keeps the engine's loop waiting
-    until it runs again (with both cores of a 2-core machine busy, a niced
-    thread running Python held the main thread off for 270 ms at a time).
+    until it runs again (with every core busy, a niced thread running Python
+    held the main thread off for hundreds of milliseconds at a time).
     With compiles in worker processes, these threads only hand specs over,
     load what the workers send and write the disk cache, and the costly part
     of that (xgrammar's loading and serialising) releases the GIL: they run

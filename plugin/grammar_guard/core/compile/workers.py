@@ -109,10 +109,10 @@ class ProcessCompiler:
 
     Thread-safe: each call to :meth:`compile` takes an idle worker for the
     length of the compile (waiting while none is), so as many compiles run
-    at once as there are workers. A start costs about three seconds of CPU
-    (xgrammar imports torch; the tokenizer is rebuilt), and four workers
-    starting at once held a 2-core engine's steps at twice their length for
-    its first 20 to 45 seconds, niced or not. So workers start one at a
+    at once as there are workers. A start costs seconds of CPU (xgrammar
+    imports torch; the tokenizer is rebuilt), and four workers starting at
+    once held a small machine's engine steps at twice their length for its
+    first tens of seconds, niced or not. So workers start one at a
     time, in the background: one when the compiler is built, a second as
     soon as the first is ready, so that a cheap grammar never waits behind a
     slow one, and each further one when a compile takes the last idle

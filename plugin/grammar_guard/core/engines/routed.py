@@ -61,7 +61,7 @@ class RoutedRecipe:
             # Built now, in a compile process's start-up, while quick compiles
             # need no worker: built on a worker's first llguidance compile, at
             # the workers' low priority beside a busy engine, it made that
-            # compile miss a 2 s timeout (the bad-input corpus's 40,000-value enum).
+            # compile miss its timeout (the bad-input corpus's largest enum).
             llguidance.load_tokenizer()
         return RoutedEngine(
             self.xgrammar.build(), llguidance, self.selection, self.xgrammar.unenforced

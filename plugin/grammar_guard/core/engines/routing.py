@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 # The longest xgrammar compile a background upgrade may cost, by
 # xgrammar_compile_estimate_s: seconds of one core at the lowest priority, and
-# a grammar whose size grows with it (12 MiB for strings of 1000 and 2000
+# a grammar whose size grows with it (megabytes for strings of thousands of
 # characters). Beyond this a key stays on llguidance.
 UPGRADE_MAX_COMPILE_S = 10.0
 # The longest schema tried narrowed: a second rewrite of a refused schema

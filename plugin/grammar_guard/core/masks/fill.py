@@ -6,26 +6,22 @@ filler picks a strategy from the batch size and from what filling cost on the
 previous step, so a step of simple grammars pays no thread overhead and a
 step inside long bounded strings gets every core.
 
-Why these strategies and thresholds, from measurements on a 2-core machine
-with the 129,280-token vocabulary ("easy" rows are a JSON enum/integer
-object at ~3 us each, "hard" rows sit inside a ``"maxLength": 300`` string
-at ~180-400 us each; current figures in docs/benchmarks.md, "Bitmask fill"):
+Why these strategies and thresholds ("easy" rows are a JSON enum/integer
+object, "hard" rows sit inside a long bounded string; the figures are in
+docs/benchmarks.md, "Bitmask fill"):
 
-- One native batch call on one thread is 10-20% faster than a per-row loop
-  on cheap rows (no Python call per row) and within noise (+-8%) on costly
-  ones, so it is the default from 2 rows on.
-- xgrammar's fill releases the GIL (a spinning Python thread kept 96% of its
-  speed during fills), so a Python pool could run fills in parallel; it is
-  no faster than the native batch on 2 threads and slower on small steps,
-  so the parallel strategy is the native one.
-- Two threads cost a fixed ~90-500 us per call (waking and joining threads,
+- One native batch call on one thread is faster than a per-row loop on
+  cheap rows (no Python call per row) and within noise on costly ones, so
+  it is the default from 2 rows on.
+- xgrammar's fill releases the GIL, so a Python pool could run fills in
+  parallel; it is no faster than the native batch on 2 threads and slower
+  on small steps, so the parallel strategy is the native one.
+- Two threads cost a fixed overhead per call (waking and joining threads,
   more when a core is busy) and pay off only when each thread gets
   milliseconds of work: see ``PARALLEL_MIN_WORK_S``.
-- When a core is busy, two threads stop paying off even then: beside
-  another test suite, 8 and 32 hard rows ran at 0.93x and 0.97x of vLLM's
-  per-row loop (1.3-1.6x otherwise); inside the engine, right after the
-  model's forward (whose OpenMP threads share the cores), two threads took
-  286 us per row against 105 us on one. So above the threshold the filler
+- When a core is busy, two threads stop paying off even then, beside
+  another process or inside the engine right after the model's forward
+  (whose OpenMP threads share the cores). So above the threshold the filler
   keeps the last measured time per row of both batch strategies, uses the
   faster one, and re-measures the other every ``PROBE_INTERVAL_STEPS`` steps.
 """
@@ -46,8 +42,8 @@ if TYPE_CHECKING:
     from grammar_guard.core.engines.base import TokenMatcher
 
 # Estimated sequential fill work of a step above which a multi-threaded batch
-# fill wins despite its fixed cost (measured: it loses at ~0.6 ms of work and
-# wins clearly from ~2 ms).
+# fill wins despite its fixed cost (between where it was seen to lose and where
+# it clearly won).
 PARALLEL_MIN_WORK_S = 1.5e-3
 # What a row is assumed to cost before any step was measured: a simple grammar.
 INITIAL_ROW_COST_S = 3e-6

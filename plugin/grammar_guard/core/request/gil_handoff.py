@@ -5,8 +5,8 @@ for it a whole switch interval (5 ms by default). Judging a large input in
 the API server (a 200,000-character pattern scanned, a 100,000-string
 choice made canonical) is seconds of Python code, and a benign request
 takes the GIL hundreds of times on its way through the event loop and
-vLLM's tokenizer threads: waiting up to 5 ms each time, it took 0.7 to 1.6 s
-during the attack test (0.02 s alone) while the engine sat idle. While such
+vLLM's tokenizer threads: waiting a whole interval each time, it took tens of
+times longer than alone during the attack test while the engine sat idle. While such
 work runs, the interval is shortened, and restored when the last of it ends.
 """
 

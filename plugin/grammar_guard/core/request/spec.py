@@ -18,10 +18,10 @@ from typing import Any
 from grammar_guard.core.errors import InvalidGrammarError
 from grammar_guard.core.request.limits import check_json_depth, check_json_value, check_text
 
-# The most strings a choice may list. 20,000 compile in a third of a second as
-# one llguidance terminal; a megabyte of them (100,000) took seconds of CPU to
-# judge, compile and load in the engine, which the attack test's benign client
-# waited for on a 2-core machine (docs/known-limitations.md).
+# The most strings a choice may list: enough for any real enumeration, few
+# enough that judging, compiling and loading one stays a fraction of a second
+# of CPU; a megabyte of strings took seconds, which a benign client of the
+# attack test waited for on a small machine (docs/known-limitations.md).
 MAX_CHOICES = 20_000
 
 # A spec shorter than this is small: it is judged and compiled without a

@@ -39,8 +39,8 @@ _ORDINARY_TIME = f"{_HOUR}:{_MINUTE}:[0-5][0-9]{_SECFRAC}{_TIME_OFFSET}"
 
 # A leap second is valid whenever the time less its offset is 23:59 UTC, but
 # written exactly that ties the hh:mm before the fraction to the offset after
-# it: one branch per local minute, a 54 kB pattern that compiled slower than
-# any other format. Only the UTC spelling is kept (an over-constraint:
+# it: one branch per local minute, a pattern of tens of kB that compiled slower
+# than any other format. Only the UTC spelling is kept (an over-constraint:
 # "15:59:60-08:00" is refused, never anything invalid accepted).
 _UTC_OFFSET = grouped(_UTC, "[+\\-]00:00")
 _LEAP_SECOND_TIME = f"23:59:60{_SECFRAC}{_UTC_OFFSET}"

@@ -368,8 +368,8 @@ def pattern_problems(pattern: str, support: PatternSupport) -> list[str]:
     return problems
 
 
-# Routing asks once per engine about the same pattern: a 400 kB pattern takes
-# a second and a half of Python to scan, so its findings (never its parse,
+# Routing asks once per engine about the same pattern, and scanning one of
+# hundreds of kB is seconds of Python, so its findings (never its parse,
 # which is tens of megabytes) are kept for the next question. A few entries:
 # a key is the client's pattern, up to the 1 MiB an input may hold.
 @functools.lru_cache(maxsize=8)

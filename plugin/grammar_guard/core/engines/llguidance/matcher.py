@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 
     from grammar_guard.core.engines.base import TokenMatcher
 
-# llguidance does not report a grammar's memory; this estimate errs high, so
-# the cache bound holds. Measured on the 129k-token vocabulary, a compiled
-# grammar with a started matcher: about 22 KiB for a 0.5 kB schema, 9 MiB for
-# a 560 kB enum. The lexer states built while decoding are bounded by
-# llguidance's own limits.
+# llguidance does not report a grammar's memory; this estimate (a base and a
+# share per character of grammar) errs high against what a compiled grammar
+# with a started matcher held on the 129k-token vocabulary, so the cache bound
+# holds. The lexer states built while decoding are bounded by llguidance's own
+# limits.
 _BASE_BYTES = 32 * 1024
 _BYTES_PER_GRAMMAR_CHAR = 16
 

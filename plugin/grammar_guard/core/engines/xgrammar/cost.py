@@ -21,24 +21,24 @@ from grammar_guard.core.schema.values import type_set
 from grammar_guard.core.schema.vocabulary import subschemas
 
 # xgrammar unrolls a bounded string into one rule per character and checks
-# every token of the vocabulary against each. Measured on a 129k-token
-# vocabulary: about 20 ms per unit of maxLength (150 ms at 8, 1.4 s at 64,
-# seconds beyond), about 1.5 ms per unit of a regex repetition count, and
-# nothing measurable for maxItems. llguidance builds its lexer lazily and
-# compiles any of these in about a millisecond.
+# every token of the vocabulary against each, so its compile grows with every
+# unit of maxLength and of a regex repetition count (not with maxItems);
+# llguidance builds its lexer lazily and compiles any of these in about a
+# millisecond. The thresholds and unit costs below are calibrated on the
+# 129k-token vocabulary; docs/routing.md says how routing uses them.
 SLOW_STRING_LENGTH = 8
 SLOW_REPEAT_COUNT = 64
-# Large grammars of any shape: xgrammar took 20 ms for a 30 kB enum, 0.4 s
-# for 120 kB and tens of seconds for 560 kB, llguidance 0.14 s for 560 kB.
+# Large grammars of any shape: xgrammar's compile grows faster than their
+# size (tens of seconds at half a megabyte), llguidance's stays a fraction of
+# a second.
 SLOW_SPEC_CHARS = 64 * 1024
 _STRING_BOUNDS = ("maxLength", "minLength")
 # The per-unit compile times above, for the estimate.
 _STRING_UNIT_S = 0.02
 _REPEAT_UNIT_S = 0.0015
 # A repetition of a class that admits most characters (``[^"]``, ``.``, ``\W``)
-# costs about eight units of a narrow one: on the 129k-token vocabulary
-# ``[^a]{0,63}`` took 1.1 s and ``.{0,63}`` 1.36 s against 0.15 s for
-# ``[a-z]{0,63}``. Counts add up: ``[^a]{0,31}[^b]{0,31}`` cost what
+# costs about eight units of a narrow one (``[^a]{0,63}`` against
+# ``[a-z]{0,63}``, on the 129k-token vocabulary). Counts add up: ``[^a]{0,31}[^b]{0,31}`` cost what
 # ``[^a]{0,63}`` did, so a regex is slow by the sum of its repetitions.
 _WIDE_ATOM_UNITS = 8
 # How far back a repetition's class is looked for; a longer class counts as wide.
@@ -112,7 +112,7 @@ def _atom_units(text: str, brace: int) -> int:
         return _WIDE_ATOM_UNITS
     if before.endswith(")") and not before.endswith("\\)"):
         # A group is as wide as what it holds: (?:[^a]|a){0,23}, any
-        # character, took 0.2 s, (ab){0,63} 3 ms.
+        # character, costs as a wide class; (ab){0,63} next to nothing.
         opening = _group_opening(before)
         return _WIDE_ATOM_UNITS if opening < 0 or _holds_wide(before[opening:]) else 1
     if not before.endswith("]"):

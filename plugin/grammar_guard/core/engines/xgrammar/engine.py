@@ -104,12 +104,12 @@ def _allows_a_first_token(compiled: xgr.CompiledGrammar) -> bool:
 
 @functools.cache
 def _batch_matcher(threads: int) -> xgr.BatchGrammarMatcher:
-    # Reused: building one costs ~15 us, five times a cheap row's fill.
+    # Reused: building one costs more than filling a cheap row.
     return xgr.BatchGrammarMatcher(max_threads=threads)
 
 
 def _compiler(vocabulary: Vocabulary) -> xgr.GrammarCompiler:
-    """The vocabulary's compiler, or a one-thread one (0.1 ms to build) where the caller says so."""
+    """The vocabulary's compiler, or a one-thread one (cheap to build) where the caller says so."""
     if calling_thread_only():
         return xgr.GrammarCompiler(vocabulary.info, max_threads=1, cache_enabled=False)
     return vocabulary.compiler
