@@ -130,7 +130,7 @@ def rewrite_turned_off() -> Iterator[None]:
     modules = [importlib.import_module(name) for name in REWRITE_IMPORTERS]
     original = getattr(modules[0], _REWRITE_FUNCTION)
     narrowing = importlib.import_module(_NARROWING_IMPORTER)
-    original.cache_clear()
+    _forget_remembered()
     try:
         with contextlib.ExitStack() as patches:
             for module in modules:
@@ -144,7 +144,23 @@ def rewrite_turned_off() -> Iterator[None]:
                 )
             yield
     finally:
-        original.cache_clear()
+        _forget_remembered()
+
+
+def _forget_remembered() -> None:
+    """Every memo of the plugin forgets what it holds: rewritten texts, costs, parses.
+
+    They remember results of the rewrite, which must neither leak into the
+    run without it nor out of it into the run with it.
+    """
+    for name, module in list(sys.modules.items()):
+        if name == _PLUGIN or name.startswith(_PLUGIN + "."):
+            for value in list(vars(module).values()):
+                # functools' caches are the ones with cache_info() beside cache_clear().
+                if callable(getattr(value, "cache_info", None)) and callable(
+                    getattr(value, "cache_clear", None)
+                ):
+                    value.cache_clear()
 
 
 def _as_sent(text: str, open_objects: bool = False) -> str:

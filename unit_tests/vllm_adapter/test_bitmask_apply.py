@@ -375,9 +375,9 @@ def test_install_is_idempotent() -> None:
 def test_the_gpu_check_skips_cleanly_without_a_gpu() -> None:
     if torch.cuda.is_available():
         unavailable_here("a GPU is present: run python -m benchmarks.gpu_apply_check itself")
-    script = Path(__file__).parents[2] / "benchmarks" / "gpu_apply_check.py"
     run = subprocess.run(
-        [sys.executable, str(script), "--part", "engines"],
+        [sys.executable, "-m", "benchmarks.gpu_apply_check", "--part", "engines"],
+        cwd=Path(__file__).parents[2],
         capture_output=True,
         text=True,
         timeout=300,

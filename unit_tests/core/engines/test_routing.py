@@ -9,10 +9,12 @@ import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
 from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engines.llguidance import rewrite as llguidance_rewrite
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.llguidance.rewrite import EngineDoesNotSupport
 from grammar_guard.core.engines.routed import RoutedEngine, RoutedRecipe
 from grammar_guard.core.engines.routing import NARROWED_MAX_CHARS, route
+from grammar_guard.core.engines.xgrammar import rewrite as xgrammar_rewrite
 from grammar_guard.core.engines.xgrammar.cost import (
     SLOW_SPEC_CHARS,
     slow_for_xgrammar,
@@ -401,3 +403,37 @@ def test_a_schema_past_the_narrowing_bound_is_refused_as_written() -> None:
     padded = {**OPTIONAL_DISCRIMINATOR, "description": "x" * NARROWED_MAX_CHARS}
     with pytest.raises(UnenforcedKeywordError, match="oneOf"):
         route(_json(padded))
+
+
+@pytest.mark.parametrize("long_string", [False, True], ids=["xgrammar", "llguidance"])
+def test_a_small_spec_is_parsed_once_from_its_plan_to_its_in_thread_compile(
+    small: SmallTokenizer,
+    small_llguidance: LLGuidanceEngine,
+    monkeypatch: pytest.MonkeyPatch,
+    long_string: bool,
+) -> None:
+    """Routing's check parses and analyses a key; the compile that follows reuses that."""
+    parses: list[str] = []
+    xgrammar_parse = xgrammar_rewrite._PARSERS[RequestKind.JSON_SCHEMA]
+    llguidance_validation = llguidance_rewrite._validated
+
+    def counted_xgrammar_parse(spec: GrammarSpec, text: str) -> Any:
+        parses.append("xgrammar")
+        return xgrammar_parse(spec, text)
+
+    def counted_llguidance_validation(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> Any:
+        parses.append("llguidance")
+        return llguidance_validation(spec, unenforced)
+
+    monkeypatch.setitem(xgrammar_rewrite._PARSERS, RequestKind.JSON_SCHEMA, counted_xgrammar_parse)
+    monkeypatch.setattr(llguidance_rewrite, "_validated", counted_llguidance_validation)
+    # A fresh engine and a key no other test uses: nothing remembered before.
+    routed = RoutedEngine(small.engine, small_llguidance)
+    value = {"type": "string", "maxLength": 200} if long_string else {"type": "integer"}
+    spec = _json({"type": "object", "properties": {"parsed-once": value}})
+    engine = routed.plan(spec).engine
+    routed.compile(spec)
+    # Each engine routing asked parsed it once (the llguidance key's upgrade
+    # check asks xgrammar too); the compiling engine did not parse it again.
+    assert engine is not None and parses.count(engine.value) == 1
+    assert len(parses) == len(set(parses))

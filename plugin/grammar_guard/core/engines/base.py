@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from grammar_guard.core.request.spec import GrammarSpec
     from grammar_guard.core.schema.findings import Finding
 
+# How many recent small specs' parses an engine keeps: routing's check parses a
+# key while planning it and the in-thread compile that follows moments later
+# reuses that parse, so a few are enough (each holds the library's parse).
+REMEMBERED_PARSES = 16
+
 
 class EngineName(enum.StrEnum):
     """A grammar library the plugin compiles with; its value is what metrics and logs say."""
