@@ -415,18 +415,18 @@ def test_a_small_spec_is_parsed_once_from_its_plan_to_its_in_thread_compile(
     """Routing's check parses and analyses a key; the compile that follows reuses that."""
     parses: list[str] = []
     xgrammar_parse = xgrammar_rewrite._PARSERS[RequestKind.JSON_SCHEMA]
-    llguidance_validation = llguidance_rewrite._validated
+    llguidance_grammar = llguidance_rewrite._grammar
 
     def counted_xgrammar_parse(spec: GrammarSpec, text: str) -> Any:
         parses.append("xgrammar")
         return xgrammar_parse(spec, text)
 
-    def counted_llguidance_validation(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> Any:
+    def counted_llguidance_grammar(spec: GrammarSpec, *, lenient: bool) -> str:
         parses.append("llguidance")
-        return llguidance_validation(spec, unenforced)
+        return llguidance_grammar(spec, lenient=lenient)
 
     monkeypatch.setitem(xgrammar_rewrite._PARSERS, RequestKind.JSON_SCHEMA, counted_xgrammar_parse)
-    monkeypatch.setattr(llguidance_rewrite, "_validated", counted_llguidance_validation)
+    monkeypatch.setattr(llguidance_rewrite, "_grammar", counted_llguidance_grammar)
     # A fresh engine and a key no other test uses: nothing remembered before.
     routed = RoutedEngine(small.engine, small_llguidance)
     value = {"type": "string", "maxLength": 200} if long_string else {"type": "integer"}

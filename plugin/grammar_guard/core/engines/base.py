@@ -14,10 +14,12 @@ word ``t // 32`` set when token ``t`` is allowed.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Sequence
+import functools
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
+from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
 from grammar_guard.core.settings import UnenforcedPolicy
 
 if TYPE_CHECKING:
@@ -30,6 +32,32 @@ if TYPE_CHECKING:
 # key while planning it and the in-thread compile that follows moments later
 # reuses that parse, so a few are enough (each holds the library's parse).
 REMEMBERED_PARSES = 16
+
+Parsed = TypeVar("Parsed")
+
+
+def small_specs_remembered(
+    parse: Callable[[GrammarSpec, UnenforcedPolicy], Parsed],
+) -> Callable[[GrammarSpec, UnenforcedPolicy], Parsed]:
+    """``parse``, remembered for the last few small specs; large ones parse each time.
+
+    An engine's check parses a key while routing plans it, and the in-thread
+    compile that follows uses that parse. A large spec compiles in a worker
+    process, which parses it there: remembering it would only hold memory.
+    A parse that raises is never remembered.
+    """
+    remembered = functools.lru_cache(maxsize=REMEMBERED_PARSES)(parse)
+
+    @functools.wraps(parse)
+    def parsed(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> Parsed:
+        if len(spec.text) < SMALL_SPEC_CHARS:
+            return remembered(spec, unenforced)
+        return parse(spec, unenforced)
+
+    # What functools' caches offer, so that whoever clears them finds this one.
+    parsed.cache_info = remembered.cache_info  # type: ignore[attr-defined]
+    parsed.cache_clear = remembered.cache_clear  # type: ignore[attr-defined]
+    return parsed
 
 
 class EngineName(enum.StrEnum):

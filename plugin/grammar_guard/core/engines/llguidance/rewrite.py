@@ -18,7 +18,6 @@ constraint; only the warn policy makes it lenient.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from typing import Any
 
 import llguidance
 
-from grammar_guard.core.engines.base import REMEMBERED_PARSES
+from grammar_guard.core.engines.base import small_specs_remembered
 from grammar_guard.core.engines.llguidance.closed_objects import closed_like_xgrammar
 from grammar_guard.core.engines.llguidance.lark_alternations import widest_rule_alternation
 from grammar_guard.core.engines.llguidance.listed_patterns import fold_listed_patterns
@@ -38,7 +37,7 @@ from grammar_guard.core.errors import (
     UnenforcedKeywordError,
 )
 from grammar_guard.core.request.grammar_text import grammar_is_lark
-from grammar_guard.core.request.spec import SMALL_SPEC_CHARS, GrammarSpec, RequestKind
+from grammar_guard.core.request.spec import GrammarSpec, RequestKind
 from grammar_guard.core.schema.capabilities import PatternSupport
 from grammar_guard.core.schema.children import with_children
 from grammar_guard.core.schema.findings import Finding
@@ -71,25 +70,13 @@ class EngineDoesNotSupport(InvalidGrammarError):
     """This engine cannot take this kind of request at all (another engine may)."""
 
 
+@small_specs_remembered
 def validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
     """The grammar llguidance compiles for ``spec``, and what it leaves unenforced.
 
-    A small spec's result is remembered: routing's check validates a key
-    while planning it, and the in-thread compile that follows uses that.
+    A small spec is validated once for routing's check and the in-thread
+    compile (:func:`~grammar_guard.core.engines.base.small_specs_remembered`).
     """
-    if len(spec.text) < SMALL_SPEC_CHARS:
-        return _remembered_validation(spec, unenforced)
-    return _validated(spec, unenforced)
-
-
-@functools.lru_cache(maxsize=REMEMBERED_PARSES)
-def _remembered_validation(
-    spec: GrammarSpec, unenforced: UnenforcedPolicy
-) -> tuple[str, tuple[Finding, ...]]:
-    return _validated(spec, unenforced)
-
-
-def _validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
     inexact = _loosened_constraints(spec)
     if inexact and unenforced is UnenforcedPolicy.REFUSE:
         raise UnenforcedKeywordError(spec.kind.value, inexact)

@@ -21,12 +21,12 @@ from typing import Any
 
 import xgrammar as xgr
 
-from grammar_guard.core.engines.base import REMEMBERED_PARSES
+from grammar_guard.core.engines.base import small_specs_remembered
 from grammar_guard.core.engines.refusals import invalid_spec_on_error
 from grammar_guard.core.engines.xgrammar.capabilities import XGRAMMAR
 from grammar_guard.core.errors import InvalidGrammarError, UnenforcedKeywordError
 from grammar_guard.core.request.grammar_text import EBNF_LITERAL_OR_CLASS, grammar_is_lark
-from grammar_guard.core.request.spec import SMALL_SPEC_CHARS, GrammarSpec, RequestKind
+from grammar_guard.core.request.spec import GrammarSpec, RequestKind
 from grammar_guard.core.schema.analysis import analyze
 from grammar_guard.core.schema.capabilities import EngineCapabilities
 from grammar_guard.core.schema.children import with_children
@@ -72,32 +72,16 @@ def choice_as_ebnf(choices: Sequence[str]) -> str:
     return "root ::= " + " | ".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
 
 
+@small_specs_remembered
 def parse_enforced(
     spec: GrammarSpec, unenforced: UnenforcedPolicy
 ) -> tuple[xgr.Grammar, tuple[Finding, ...]]:
     """The parse step of ``check`` and ``compile``: the grammar, then the schema analysis.
 
     Both read the spec's schemas as rewritten (:mod:`grammar_guard.core.schema.rewrite`),
-    so what is analysed is what is compiled. A small spec's parse is
-    remembered: routing's check makes it while planning the key, and the
-    in-thread compile that follows uses it (a large spec compiles in a
-    worker process, which parses it there).
+    so what is analysed is what is compiled; a small spec is parsed once for
+    both (:func:`~grammar_guard.core.engines.base.small_specs_remembered`).
     """
-    if len(spec.text) < SMALL_SPEC_CHARS:
-        return _remembered_parse(spec, unenforced)
-    return _parse(spec, unenforced)
-
-
-@functools.lru_cache(maxsize=REMEMBERED_PARSES)
-def _remembered_parse(
-    spec: GrammarSpec, unenforced: UnenforcedPolicy
-) -> tuple[xgr.Grammar, tuple[Finding, ...]]:
-    return _parse(spec, unenforced)
-
-
-def _parse(
-    spec: GrammarSpec, unenforced: UnenforcedPolicy
-) -> tuple[xgr.Grammar, tuple[Finding, ...]]:
     text = _enforced_text(spec)
     with invalid_spec_on_error(spec, native_reason):
         grammar = _PARSERS[spec.kind](spec, text)
