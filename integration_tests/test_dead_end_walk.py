@@ -30,7 +30,7 @@ import pytest
 from benchmarks.coverage.cases import Selection, discover, load_case, sample_data_dir
 from harness.model import model_tokenizer
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.routed import RoutedEngine
 from grammar_guard.core.engines.routing import route, xgrammar_enforces_the_same

@@ -24,7 +24,7 @@ import pytest
 from benchmarks.coverage.cases import sample_data_dir
 from benchmarks.coverage.upgradable import routed_engine, upgradable_cases, write_instance
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.routed import RoutedEngine
 
 DATA_DIR = sample_data_dir()

@@ -194,7 +194,7 @@ def _environment(name: str, value: str) -> Iterator[None]:
 
 def served_by(grammar: StructuredOutputGrammar) -> str | None:
     """The engine whose matcher the plugin's grammar wraps; None if it wraps none."""
-    from grammar_guard.core.engines.base import EngineName
+    from grammar_guard.core.engine_names import EngineName
     from grammar_guard.core.engines.llguidance.matcher import LLGuidanceMatcher
     from grammar_guard.core.engines.xgrammar.engine import XGrammarMatcher
     from grammar_guard.core.upgrade.trial import PathRecorder

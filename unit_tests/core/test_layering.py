@@ -21,7 +21,7 @@ PACKAGE = "grammar_guard.core"
 # one tuple are one layer and may not import each other in a cycle.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("schema",),
-    ("errors", "metrics"),
+    ("errors", "metrics", "engine_names"),
     ("settings", "private_folder"),
     ("request",),
     # The schema rewrites read request values (with the request's limits) and

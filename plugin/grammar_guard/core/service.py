@@ -52,12 +52,8 @@ from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
 from grammar_guard.core.upgrade.upgrades import MaskCost, Upgrades
 
 if TYPE_CHECKING:
-    from grammar_guard.core.engines.base import (
-        CompiledGrammar,
-        EngineName,
-        GrammarEngine,
-        TokenMatcher,
-    )
+    from grammar_guard.core.engine_names import EngineName
+    from grammar_guard.core.engines.base import CompiledGrammar, GrammarEngine, TokenMatcher
     from grammar_guard.core.request.spec import GrammarSpec
     from grammar_guard.core.settings import Settings
 

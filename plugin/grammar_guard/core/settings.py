@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.errors import quoted_excerpt
 
 logger = logging.getLogger(__name__)
@@ -74,8 +75,13 @@ class EngineSelection(enum.Enum):
     """Which grammar engine compiles a request (see docs/routing.md)."""
 
     AUTO = "auto"  # per key: one that enforces it all, the faster of those
-    XGRAMMAR = "xgrammar"
-    LLGUIDANCE = "llguidance"
+    XGRAMMAR = EngineName.XGRAMMAR.value
+    LLGUIDANCE = EngineName.LLGUIDANCE.value
+
+    @property
+    def forced(self) -> EngineName | None:
+        """The one engine this selection forces on every key; None for per-key routing."""
+        return None if self is EngineSelection.AUTO else EngineName(self.value)
 
 
 ENGINE_VARIABLE = ENV_PREFIX + "ENGINE"

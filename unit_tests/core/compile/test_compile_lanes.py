@@ -20,7 +20,7 @@ from unit_tests.conftest import COMPACT, SmallTokenizer
 
 from grammar_guard.core.compile.disk_store import DiskStore
 from grammar_guard.core.compile.in_thread import CompileResult
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.routed import RoutedCompiled, RoutedEngine
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine

@@ -19,7 +19,7 @@ from unit_tests.conftest import COMPACT, SmallTokenizer
 
 from grammar_guard.core.compile.lanes import MAX_DEMOTED_QUICK_COMPILES
 from grammar_guard.core.compile.quick_budget import QuickCompileBudget
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.routed import RoutedCompiled, RoutedEngine
 from grammar_guard.core.engines.threads import calling_thread_only, on_calling_thread_only

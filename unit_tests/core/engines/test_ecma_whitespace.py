@@ -19,7 +19,7 @@ from unit_tests.conftest import COMPACT
 from unit_tests.llguidance_acceptance import byte_llguidance, llguidance_accepts
 from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisations
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.routing import route
 from grammar_guard.core.request.spec import GrammarSpec, RequestKind
 from grammar_guard.core.schema.ecma_whitespace import (

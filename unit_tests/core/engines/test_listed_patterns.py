@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from unit_tests.conftest import COMPACT, EOS, VOCAB
 
-from grammar_guard.core.engines.base import EngineName, TokenMatcher
+from grammar_guard.core.engine_names import EngineName
+from grammar_guard.core.engines.base import TokenMatcher
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.llguidance.listed_patterns import fold_listed_patterns, listed_names
 from grammar_guard.core.engines.routed import RoutedEngine

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unit_tests.conftest import compact_json_spec, routed_accepts
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.llguidance.object_counts import decide_object_counts
 from grammar_guard.core.engines.routed import RoutedEngine

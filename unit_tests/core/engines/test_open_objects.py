@@ -26,7 +26,7 @@ from unit_tests.core.schema.test_schema_rewrite_equivalence import (
     verdicts,
 )
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.routed import RoutedEngine
 from grammar_guard.core.engines.routing import route

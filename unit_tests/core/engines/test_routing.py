@@ -8,7 +8,7 @@ import pytest
 import torch
 from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.llguidance import rewrite as llguidance_rewrite
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.llguidance.rewrite import EngineDoesNotSupport

@@ -15,7 +15,7 @@ import pytest
 from unit_tests.conftest import compact_json_spec, routed_accepts
 from unit_tests.core.schema.test_schema_rewrite_equivalence import NO_COMPLEMENT, assert_equivalent
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.routed import RoutedEngine
 from grammar_guard.core.engines.routing import route
 from grammar_guard.core.engines.xgrammar.capabilities import XGRAMMAR

@@ -20,7 +20,7 @@ from unit_tests.conftest import (
     routed_accepts,
 )
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.routed import RoutedEngine
 from grammar_guard.core.engines.routing import route
 from grammar_guard.core.errors import InvalidGrammarError

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from unit_tests.conftest import assert_served_and_enforced, compact_json_spec
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.routed import RoutedEngine
 from grammar_guard.core.engines.routing import route
 from grammar_guard.core.errors import UnenforcedKeywordError

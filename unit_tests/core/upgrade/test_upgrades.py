@@ -18,7 +18,8 @@ from unit_tests.conftest import COMPACT, EOS, VOCAB, SmallTokenizer
 
 from grammar_guard.core.compile import disk_store
 from grammar_guard.core.compile.in_thread import Compiler, CompileResult, InThreadCompiler
-from grammar_guard.core.engines.base import CompiledGrammar, CompilePlan, EngineName, TokenMatcher
+from grammar_guard.core.engine_names import EngineName
+from grammar_guard.core.engines.base import CompiledGrammar, CompilePlan, TokenMatcher
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.routed import RoutedCompiled, RoutedEngine
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine

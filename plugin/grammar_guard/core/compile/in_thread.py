@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Protocol
 from grammar_guard.core.engines.base import CompilePlan, PlannedEngine
 
 if TYPE_CHECKING:
-    from grammar_guard.core.engines.base import CompiledGrammar, EngineName, GrammarEngine
+    from grammar_guard.core.engine_names import EngineName
+    from grammar_guard.core.engines.base import CompiledGrammar, GrammarEngine
     from grammar_guard.core.request.spec import GrammarSpec
 
 

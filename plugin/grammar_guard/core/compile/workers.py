@@ -63,7 +63,8 @@ from grammar_guard.core.errors import CompileCrashedError, InvalidGrammarError
 from grammar_guard.core.settings import DEFAULT_COMPILE_NICENESS, CompileIsolation
 
 if TYPE_CHECKING:
-    from grammar_guard.core.engines.base import EngineName, GrammarEngine
+    from grammar_guard.core.engine_names import EngineName
+    from grammar_guard.core.engines.base import GrammarEngine
     from grammar_guard.core.request.spec import GrammarSpec
     from grammar_guard.core.settings import Settings
 

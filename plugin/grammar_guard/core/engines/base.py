@@ -13,12 +13,12 @@ word ``t // 32`` set when token ``t`` is allowed.
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
 from grammar_guard.core.settings import UnenforcedPolicy
 
@@ -58,13 +58,6 @@ def small_specs_remembered(
     parsed.cache_info = remembered.cache_info  # type: ignore[attr-defined]
     parsed.cache_clear = remembered.cache_clear  # type: ignore[attr-defined]
     return parsed
-
-
-class EngineName(enum.StrEnum):
-    """A grammar library the plugin compiles with; its value is what metrics and logs say."""
-
-    XGRAMMAR = "xgrammar"
-    LLGUIDANCE = "llguidance"
 
 
 class CompiledGrammar(Protocol):

@@ -18,7 +18,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from grammar_guard.core.engines.base import CompilePlan, EngineName
+from grammar_guard.core.engine_names import EngineName
+from grammar_guard.core.engines.base import CompilePlan
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine, LLGuidanceRecipe
 from grammar_guard.core.engines.routing import Route, compile_plan, route
 from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine, XGrammarRecipe

@@ -38,7 +38,8 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from grammar_guard.core.engines.base import CompilePlan, EngineName
+from grammar_guard.core.engine_names import EngineName
+from grammar_guard.core.engines.base import CompilePlan
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
 from grammar_guard.core.engines.xgrammar.cost import (
     SLOW_SPEC_CHARS,
@@ -101,9 +102,8 @@ def route(
 
     Needs no tokenizer: cheap enough for an API server's request path.
     """
-    if selection is not EngineSelection.AUTO:
-        forced = EngineName(selection.value)
-        return _check(forced, spec, unenforced)
+    if selection.forced is not None:
+        return _check(selection.forced, spec, unenforced)
     spec_costs = costs(spec)
     order = (
         (EngineName.LLGUIDANCE, EngineName.XGRAMMAR)

@@ -49,7 +49,8 @@ from grammar_guard.core.upgrade.trial import PathRecorder, RecordedPath, fill_se
 if TYPE_CHECKING:
     from grammar_guard.core.compile.cache_entries import Admission
     from grammar_guard.core.compile.in_thread import CompileResult
-    from grammar_guard.core.engines.base import CompilePlan, EngineName, GrammarEngine, TokenMatcher
+    from grammar_guard.core.engine_names import EngineName
+    from grammar_guard.core.engines.base import CompilePlan, GrammarEngine, TokenMatcher
     from grammar_guard.core.request.spec import GrammarSpec
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import llguidance
 import numpy as np
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.fingerprint import engine_fingerprint
 from grammar_guard.core.engines.llguidance.matcher import (
     NO_TOKEN_FITS,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 import llguidance
 import numpy as np
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.errors import InvalidGrammarError
 
 if TYPE_CHECKING:

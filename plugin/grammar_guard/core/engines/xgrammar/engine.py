@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import xgrammar as xgr
 
-from grammar_guard.core.engines.base import EngineName
+from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.fingerprint import engine_fingerprint
 from grammar_guard.core.engines.refusals import compile_failure, require_a_first_token
 from grammar_guard.core.engines.threads import calling_thread_only
