@@ -73,9 +73,6 @@ FIRST_REQUEST_TEST = "integration_tests/test_first_request.py"
 BENCHMARKS = (
     _scripted("bench_apply", "--repeats", "2", "--batch-sizes", "8"),
     _scripted("bench_fill", "--repeats", "3", "--batch-sizes", "8"),
-    _scripted(
-        "bench_compile_isolation", "--quick", "--repeats", "1", "--workers", "2", "--nice", "0"
-    ),
     _scripted("gpu_apply_check", "--part", "kernels"),
     _scripted("bench_end_to_end", "--smoke", starts_engines=True),
     Benchmark(
