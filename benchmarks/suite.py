@@ -71,7 +71,6 @@ HEAD_OF_LINE_FILES = ("--json", "{folder}/samples.json", "--plot", "{folder}/hea
 HEAD_OF_LINE_SMOKE = ("--quick", "--backends", "grammar-guard", "--block", "5")
 FIRST_REQUEST_TEST = "integration_tests/test_first_request.py"
 BENCHMARKS = (
-    _scripted("bench_apply", "--repeats", "2", "--batch-sizes", "8"),
     _scripted("bench_fill", "--repeats", "3", "--batch-sizes", "8"),
     _scripted("gpu_apply_check", "--part", "kernels"),
     _scripted("bench_end_to_end", "--smoke", starts_engines=True),
