@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.scoped_env import CLOSED_OBJECTS
-from benchmarks.step_breakdown import clocks_on, parts_ms
-from benchmarks.step_breakdown import table as breakdown_table
 from benchmarks.vocabulary import kept_out_of_strings
 from harness.fresh import Fresh
 from harness.model import grammar_guard_service, model_tokenizer
@@ -142,25 +140,12 @@ def engine(argument: dict[str, Any]) -> Iterator[Any]:
     order = yield "ready"
     while True:
         size = order["size"]
-        if order["kind"] == "breakdown":
-            order = yield _breakdown(llm, size, lengths[size])
-            continue
         if order["kind"] == "twin":
             ids, seconds = _generate(llm, _twins(lengths[size]))
         else:
             ids, seconds = _generate(llm, _requests(size, constrained))
             lengths[size] = [len(tokens) for tokens in ids]
         order = yield {"seconds": seconds, "token_ids": ids}
-
-
-def _breakdown(llm: Any, size: int, lengths: list[int]) -> dict[str, dict[str, float]]:
-    """One constrained batch and its twin with clocks on: milliseconds per step of each part."""
-    parts = {}
-    for kind, batch in (("constrained", _requests(size, True)), ("twin", _twins(lengths))):
-        with clocks_on() as totals:
-            ids, seconds = _generate(llm, batch)
-        parts[kind] = parts_ms(totals, seconds, max(len(tokens) for tokens in ids))
-    return parts
 
 
 def _generate(llm: Any, batch: tuple[list[str], list[Any]]) -> tuple[list[list[int]], float]:
@@ -285,25 +270,14 @@ class Runs:
 Results = dict[tuple[str, int], Runs]
 
 
-# Per constrained configuration: "constrained" and "twin" parts_ms at the smallest batch.
-Breakdowns = dict[str, dict[str, dict[str, float]]]
-
-
 @dataclass(frozen=True)
 class Measured:
     quiet: Results
     busy: Results  # the throughput batch only, with every core also spinning
-    breakdowns: Breakdowns
 
 
 def measure(workers: list[Worker], plan: Plan) -> Measured:
-    quiet = _measure_quiet(workers, plan)
-    breakdowns = {
-        worker.name: worker.run("breakdown", plan.batches[0])
-        for worker in workers
-        if worker.name != NONE
-    }
-    return Measured(quiet, _measure_busy(workers, plan), breakdowns)
+    return Measured(_measure_quiet(workers, plan), _measure_busy(workers, plan))
 
 
 def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
@@ -473,13 +447,6 @@ def report(plan: Plan, measured: Measured) -> Report:
         "",
         *_step_table(plan, results),
         "",
-        f"Where a step's time goes at batch {plan.batches[0]}, in ms per output step, one "
-        "batch of each with clocks on (benchmarks/step_breakdown.py: apply and fill are the "
-        "mask's, scheduler includes the grammar accepting each token, outside steps is request "
-        "admission and validation):",
-        "",
-        *_breakdown_table(measured.breakdowns),
-        "",
         f"Token ids, per batch size (all {size} requests of the largest batch, and so on):",
         "",
         *_token_table(plan, agreements),
@@ -592,16 +559,6 @@ def _step_table(plan: Plan, results: Results) -> list[str]:
                 f"| {runs.step_ratio():.3f}x{flag} |"
             )
     return lines
-
-
-def _breakdown_table(breakdowns: Breakdowns) -> list[str]:
-    return breakdown_table(
-        [
-            (f"{name}, {kind}", parts[kind])
-            for name, parts in breakdowns.items()
-            for kind in ("constrained", "twin")
-        ]
-    )
 
 
 def _token_table(plan: Plan, agreements: dict[tuple[str, str, int], Agreement]) -> list[str]:

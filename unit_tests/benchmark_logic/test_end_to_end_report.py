@@ -16,7 +16,6 @@ from typing import Any
 
 import benchmarks.bench_end_to_end as e2e
 import pytest
-from benchmarks.step_breakdown import PARTS
 
 STEPS = 30
 # Seconds per batch: vLLM xgrammar is the faster vLLM backend; grammar-guard
@@ -31,7 +30,6 @@ QUIET_S = {
 }
 BUSY_S = {**QUIET_S, e2e.XGRAMMAR: 2.1, e2e.GUIDANCE: 3.0, e2e.GRAMMAR_GUARD: 2.0}
 TWIN_S = 1.0
-BREAKDOWN = {part: 0.5 for part in (*PARTS, "total")} | {"steps": float(STEPS)}
 
 
 class FakeWorker:
@@ -41,8 +39,6 @@ class FakeWorker:
         self.tokens = tokens
 
     def run(self, kind: str, size: int) -> dict[str, Any]:
-        if kind == "breakdown":
-            return {"constrained": BREAKDOWN, "twin": BREAKDOWN}
         if kind == "twin":
             seconds = TWIN_S
         else:
@@ -156,15 +152,6 @@ def test_a_busy_output_unlike_the_quiet_one_is_reported(busy: dict[str, bool]) -
     workers = [(ChangesWhenBusy if n == e2e.GUIDANCE else FakeWorker)(n, busy) for n in names]
     changed = "Outputs changed from one run to the next: guidance at batch"
     assert f"{changed} {e2e.FULL.throughput_batch} (busy)" in _report(workers).text
-
-
-def test_the_breakdown_has_a_constrained_and_a_twin_row_per_constrained_backend(
-    report: e2e.Report,
-) -> None:
-    for name in e2e.FULL.configurations:
-        for kind in ("constrained", "twin"):
-            row = f"| {name}, {kind} | {STEPS} | "
-            assert (row in report.text) is (name != e2e.NONE), row
 
 
 def test_the_busy_verdict_is_the_median_batch_not_a_lucky_one(busy: dict[str, bool]) -> None:
