@@ -29,7 +29,7 @@ Run from the repository root (the server helpers live in ``harness``):
     .venv/bin/python -m benchmarks.load_soak [--requests 6000] [--max-requests 24000]
 
 Writes ``build/load_soak.json`` and ``build/load_soak.md``, prints the
-markdown and plots RSS over time to ``docs/img/load_soak_rss.png``.
+markdown.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ from grammar_guard.demo.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "build" / "load_soak.json"
-DEFAULT_PLOT = REPO / "docs" / "img" / "load_soak_rss.png"
 MIB = float(1 << 20)
 # Bad requests are about refusal under load, not upload size.
 MAX_BAD_BODY_BYTES = 64 << 10
@@ -482,50 +481,6 @@ def markdown(result: SoakResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: SoakResult, path: Path) -> bool:
-    """False, and no file, without matplotlib (the ``bench`` extra, which tests do not install)."""
-    try:
-        import matplotlib
-    except ImportError:
-        return False
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    samples = result.samples
-    times = [s.at_s for s in samples]
-    figure, rss_axis = plt.subplots(figsize=(8, 4.2))
-    rss_axis.plot(times, [s.rss_mib for s in samples], color="tab:blue", label="engine-core RSS")
-    rss_axis.set_xlabel("seconds into the run")
-    rss_axis.set_ylabel("RSS (MiB)")
-    cache_axis = rss_axis.twinx()
-    cache_axis.plot(
-        times, [s.cache_mib for s in samples], color="tab:orange", label="grammar cache"
-    )
-    cache_axis.axhline(result.config.cache_mb, color="tab:orange", linestyle=":", linewidth=1)
-    cache_axis.set_ylabel("grammar cache (MiB)")
-    cache_axis.set_ylim(0, result.config.cache_mb * 1.6)
-    if result.memory.bound_reached_s is not None:
-        rss_axis.axvline(result.memory.bound_reached_s, color="grey", linestyle="--", linewidth=1)
-    if result.memory.measured_from_s is not None:
-        rss_axis.axvline(result.memory.measured_from_s, color="black", linestyle="-.", linewidth=1)
-    answered = samples[-1].answered
-    rss_axis.set_title(
-        f"{answered} requests, {result.config.concurrency} at once; cache bound "
-        f"{result.config.cache_mb:g} MiB (dotted), first eviction (dashed), "
-        "judged window (from dash-dot)",
-        fontsize=9,
-    )
-    handles = rss_axis.get_legend_handles_labels()
-    extra = cache_axis.get_legend_handles_labels()
-    rss_axis.legend(handles[0] + extra[0], handles[1] + extra[1], loc="lower right")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return True
-
-
 def main() -> None:
     defaults = SoakConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -539,7 +494,6 @@ def main() -> None:
     parser.add_argument("--cache-mb", type=float, default=defaults.cache_mb)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
     config = SoakConfig(
@@ -563,12 +517,10 @@ def main() -> None:
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(report)
-    plotted = plot(result, args.plot)
     print(report)
     for example in result.failure_examples:
         print("lost or wrong:", example)
-    shown = args.plot if plotted else "none (matplotlib is not installed)"
-    print(f"JSON: {args.json}; plot: {shown}")
+    print(f"JSON: {args.json}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from benchmarks.provenance import REPO, commit, header
 
 TABLES = "tables.md"
 LOG = "output.log"
-IMAGES = DOCS.parent / "img"
 # The smoke coverage run: a few schemas of both collections, quick to compile,
 # with keywords xgrammar enforces and one it does not (all in the repository's data/).
 COVERAGE_SMOKE_FILES = ("type.json", "enum.json", "maxLength.json", "Github_easy---o10008.json")
@@ -44,7 +43,6 @@ class Benchmark:
     smoke: Command | None  # None: CI runs it elsewhere (``covered_by``)
     covered_by: str = ""
     starts_engines: bool = False
-    plots: tuple[str, ...] = ()  # files in its folder that docs/img keeps a copy of
     # Its full form reads the full collections (``--data DIR``); its smoke form,
     # the repository's sample in data/. Without --data a full run skips it.
     full_data: bool = False
@@ -65,7 +63,7 @@ def _scripted(name: str, *smoke: str, starts_engines: bool = False) -> Benchmark
 
 
 MARKDOWN = "{folder}/" + TABLES
-HEAD_OF_LINE_FILES = ("--json", "{folder}/samples.json", "--plot", "{folder}/head_of_line.png")
+HEAD_OF_LINE_FILES = ("--json", "{folder}/samples.json")
 # grammar-guard alone: the vLLM backends' side of the script is exercised by
 # the end-to-end smoke, and each engine start costs a minute of CI.
 HEAD_OF_LINE_SMOKE = ("--quick", "--backends", "grammar-guard", "--block", "5")
@@ -79,7 +77,6 @@ BENCHMARKS = (
         full=_module("head_of_line", *HEAD_OF_LINE_FILES),
         smoke=_module("head_of_line", *HEAD_OF_LINE_SMOKE, *HEAD_OF_LINE_FILES),
         starts_engines=True,
-        plots=("head_of_line.png",),
     ),
     Benchmark(
         "bench_restart",
@@ -105,13 +102,10 @@ BENCHMARKS = (
     ),
     Benchmark(
         "load_soak",
-        full=_module(
-            "load_soak", "--json", "{folder}/load_soak.json", "--plot", "{folder}/load_soak_rss.png"
-        ),
+        full=_module("load_soak", "--json", "{folder}/load_soak.json"),
         smoke=None,
         covered_by="integration_tests/test_load_soak.py",
         starts_engines=True,
-        plots=("load_soak_rss.png",),
     ),
     Benchmark(
         "coverage",
@@ -125,7 +119,6 @@ BENCHMARKS = (
             "--out",
             "{folder}",
         ),
-        plots=("coverage.png",),
         full_data=True,
     ),
 )
@@ -197,9 +190,6 @@ def run_benchmark(benchmark: Benchmark, options: RunOptions) -> Outcome:
     (options.out / f"{benchmark.name}.md").write_text(section, encoding="utf-8")
     if options.docs:
         write_section(benchmark.name, section)
-        for plot in benchmark.plots:
-            if (folder / plot).exists():
-                shutil.copy(folder / plot, IMAGES / plot)
     return Outcome(benchmark.name, OK, seconds)
 
 

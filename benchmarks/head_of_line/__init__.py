@@ -31,13 +31,12 @@ queue that grows without any slow request on a slower one, and such a run
 measures queueing, not blocking.
 
     .venv/bin/python -m benchmarks.head_of_line [--quick] [--env NAME=VALUE ...]
-        [--backends NAME ...] [--block S] [--json PATH] [--plot PATH] [--markdown PATH]
+        [--backends NAME ...] [--block S] [--json PATH] [--markdown PATH]
 
-Prints markdown tables, writes every sample to a JSON file and plots
-``docs/img/head_of_line.png`` (where matplotlib is installed).
+Prints markdown tables and writes every sample to a JSON file.
 
 ``workload`` holds the stream, ``stream`` sends it to one engine,
 ``calibration`` sets its rate, ``run`` drives every engine in turn,
-``samples``, ``report`` and ``plot`` turn what came back into figures and
+``samples`` and ``report`` turn what came back into figures and
 tables, and ``__main__`` is the command line.
 """

@@ -10,7 +10,6 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks.head_of_line.plot import plot
 from benchmarks.head_of_line.report import (
     breakdown_table,
     caption,
@@ -23,7 +22,6 @@ from benchmarks.head_of_line.run import BACKENDS, run
 from benchmarks.head_of_line.workload import FULL, QUICK, Workload
 from benchmarks.provenance import REPO
 
-DEFAULT_PLOT = REPO / "docs" / "img" / "head_of_line.png"
 DEFAULT_JSON = REPO / "build" / "head_of_line.json"
 
 
@@ -84,7 +82,6 @@ def _parser() -> argparse.ArgumentParser:
         help="set for the engines (GRAMMAR_GUARD_COMPILE_WORKERS=4, say); repeatable",
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="every sample")
-    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     parser.add_argument("--markdown", type=Path, help="also write the headline table here")
     return parser
 
@@ -102,7 +99,6 @@ def main() -> None:
     report = run_record(workload, calibration, env, results, started, load)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))
-    plotted = plot(results, workload.block_s, workload.slow_times(), args.plot)
     print(caption(workload, report))
     print()
     print(headline_table(report["summary"]))
@@ -112,8 +108,7 @@ def main() -> None:
         print(f"\n{goal}")
     if args.markdown:
         args.markdown.write_text(markdown(workload, report))
-    shown = args.plot if plotted else "none (matplotlib is not installed)"
-    print(f"\n{report['seconds']:.0f} s in all; samples: {args.json}; plot: {shown}")
+    print(f"\n{report['seconds']:.0f} s in all; samples: {args.json}")
 
 
 if __name__ == "__main__":
