@@ -1,16 +1,7 @@
 """Constrained decoding on a real engine: throughput and per-step cost, grammar-guard against vLLM.
 
-Every configuration (``none``, vLLM's ``xgrammar`` and ``guidance``,
-``grammar-guard`` routed and ``grammar-guard-xgrammar``) is the tiny model's
-engine in a fresh interpreter of its own (``harness.fresh``); all stay up and
-take turns, one timed batch at a time. docs/benchmarks.md ("End-to-end
-decoding") describes the tables. The throughput goals are judged on equal
-work only (grammar-guard on xgrammar against vLLM xgrammar, the same token
-ids); a per-step ratio below 1.0 is noise. grammar-guard on xgrammar must
-decode vLLM xgrammar's tokens short of a kept-out token, or the run fails.
-
-    .venv/bin/python -m benchmarks.bench_end_to_end [--runs 3] [--markdown PATH]  # 5 engines
-    .venv/bin/python -m benchmarks.bench_end_to_end --smoke  # 2 engines, batches 1 and 8, 1 run
+Each configuration is the tiny model's engine in a fresh interpreter (``harness.fresh``); all
+take turns, one timed batch at a time. docs/benchmarks.md ("End-to-end decoding") has the method.
 """
 
 from __future__ import annotations
@@ -64,27 +55,20 @@ COMPILE_TIMEOUT_S = "1800"
 
 NONE, XGRAMMAR, GUIDANCE = "none", "xgrammar", "guidance"
 GRAMMAR_GUARD, GRAMMAR_GUARD_XGRAMMAR = "grammar-guard", "grammar-guard-xgrammar"
+
+
 # Per configuration: the vLLM structured-outputs backend and the settings its engine starts with.
+def _guarded(engine: str) -> tuple[str, dict[str, str]]:
+    timeout = {"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S}
+    return "grammar-guard", {"GRAMMAR_GUARD_ENGINE": engine, **timeout, **CLOSED_OBJECTS}
+
+
 CONFIGURATIONS: dict[str, tuple[str, dict[str, str]]] = {
     NONE: (XGRAMMAR, {}),  # vLLM's default; its requests carry no constraint
     XGRAMMAR: (XGRAMMAR, {}),
     GUIDANCE: (GUIDANCE, {}),
-    GRAMMAR_GUARD: (
-        "grammar-guard",
-        {
-            "GRAMMAR_GUARD_ENGINE": "auto",
-            "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S,
-            **CLOSED_OBJECTS,
-        },
-    ),
-    GRAMMAR_GUARD_XGRAMMAR: (
-        "grammar-guard",
-        {
-            "GRAMMAR_GUARD_ENGINE": "xgrammar",
-            "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S,
-            **CLOSED_OBJECTS,
-        },
-    ),
+    GRAMMAR_GUARD: _guarded("auto"),
+    GRAMMAR_GUARD_XGRAMMAR: _guarded("xgrammar"),
 }
 # The same engine behind both: their token ids must match, short of a kept-out
 # token the second sampled (vocabulary.py). The other pairs are only reported.
@@ -171,11 +155,9 @@ def _requests(size: int, constrained: bool) -> tuple[list[str], list[Any]]:
     def constraint(i: int) -> Any:
         return StructuredOutputsParams(json=SCHEMAS[i % len(SCHEMAS)]) if constrained else None
 
+    sampling = {"max_tokens": MAX_TOKENS, "temperature": 1.0}
     params = [
-        SamplingParams(
-            max_tokens=MAX_TOKENS, temperature=1.0, seed=i, structured_outputs=constraint(i)
-        )
-        for i in range(size)
+        SamplingParams(**sampling, seed=i, structured_outputs=constraint(i)) for i in range(size)
     ]
     return _prompts(size), params
 
@@ -184,12 +166,8 @@ def _twins(lengths: list[int]) -> tuple[list[str], list[Any]]:
     """Unconstrained requests that decode exactly ``lengths[i]`` tokens each."""
     from vllm import SamplingParams
 
-    params = [
-        SamplingParams(
-            max_tokens=length, min_tokens=length, ignore_eos=True, temperature=1.0, seed=i
-        )
-        for i, length in enumerate(lengths)
-    ]
+    exact = [{"max_tokens": n, "min_tokens": n, "ignore_eos": True} for n in lengths]
+    params = [SamplingParams(**e, temperature=1.0, seed=i) for i, e in enumerate(exact)]
     return _prompts(len(lengths)), params
 
 

@@ -67,7 +67,6 @@ HEAD_OF_LINE_FILES = ("--json", "{folder}/samples.json")
 # grammar-guard alone: the vLLM backends' side of the script is exercised by
 # the end-to-end smoke, and each engine start costs a minute of CI.
 HEAD_OF_LINE_SMOKE = ("--quick", "--backends", "grammar-guard", "--block", "5")
-FIRST_REQUEST_TEST = "integration_tests/test_first_request.py"
 BENCHMARKS = (
     _scripted("bench_fill", "--repeats", "3", "--batch-sizes", "8"),
     _scripted("gpu_apply_check", "--part", "kernels"),
@@ -84,20 +83,6 @@ BENCHMARKS = (
         # Its --smoke form is the persistent-cache restart test's run.
         smoke=None,
         covered_by="integration_tests/test_persistent_cache.py (bench_restart --smoke)",
-        starts_engines=True,
-    ),
-    Benchmark(
-        "first_request",
-        full=_module("first_request", "--json", "{folder}/first_request.json"),
-        smoke=None,
-        covered_by=f"{FIRST_REQUEST_TEST} (its server run)",
-        starts_engines=True,
-    ),
-    Benchmark(
-        "first_request_offline",
-        full=_module("first_request", "--offline", "--json", "{folder}/first_request.json"),
-        smoke=None,
-        covered_by=f"{FIRST_REQUEST_TEST} (its LLM(...) run)",
         starts_engines=True,
     ),
     Benchmark(
