@@ -6,7 +6,6 @@ take turns, one timed batch at a time. docs/benchmarks.md ("End-to-end decoding"
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import os
@@ -17,9 +16,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from typing import Any
 
+from benchmarks import cli
 from benchmarks.scoped_env import CLOSED_OBJECTS
 from benchmarks.vocabulary import kept_out_of_strings
 from harness.fresh import Fresh
@@ -621,33 +620,12 @@ def step_verdict(ratios: dict[int, float]) -> str:
     return "; ".join(parts)
 
 
-def _env_item(item: str) -> tuple[str, str]:
-    name, equals, value = item.partition("=")
-    if not name or not equals:
-        raise argparse.ArgumentTypeError(f"{item!r} is not NAME=VALUE")
-    return name, value
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--runs", type=int, help=f"timed batches per cell (default {FULL.runs})")
-    parser.add_argument(
-        "--busy-runs",
-        type=int,
-        help=f"busy batches per engine, judged by their median (default {FULL.busy_runs})",
-    )
-    parser.add_argument(
-        "--smoke", action="store_true", help="vLLM xgrammar and grammar-guard on xgrammar, 1 run"
-    )
-    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
-    parser.add_argument(
-        "--env",
-        nargs="+",
-        default=[],
-        type=_env_item,
-        metavar="NAME=VALUE",
-        help="environment for every engine, e.g. VLLM_CPU_OMP_THREADS_BIND=0",
-    )
+    parser.add_argument("--busy-runs", type=int, help=f"default {FULL.busy_runs}")
+    parser.add_argument("--smoke", action="store_true", help="2 engines, batches 1 and 8, 1 run")
+    parser.add_argument("--env", nargs="+", default=[], type=cli.env_pair, metavar="NAME=VALUE")
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL
     plan = Plan(
@@ -666,10 +644,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for worker in workers:
             worker.close()
     done = report(plan, measured)
-    print(done.text)
+    cli.publish(done.text, args.markdown)
     print(f"{time.perf_counter() - started:.0f} s in all", file=sys.stderr)
-    if args.markdown:
-        args.markdown.write_text(done.text)
     if done.failures:
         raise SystemExit("token ids differ where they must not:\n" + "\n".join(done.failures))
 

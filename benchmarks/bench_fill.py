@@ -11,7 +11,6 @@ kept-out tokens (``vocabulary.py``), or the run fails.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -19,11 +18,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from benchmarks import cli
 from benchmarks.scoped_env import CLOSED_OBJECTS, scoped_environment
 from benchmarks.vocabulary import as_bitmask_row, kept_out_of_strings
 from harness.model import model_tokenizer
@@ -458,16 +457,12 @@ def _goal(table: str, rows: list[tuple[str, int, float]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
-    parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
     args = parser.parse_args()
     tables = run(args.batch_sizes, args.repeats)
-    report = markdown(tables, args.repeats)
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report)
+    cli.publish(markdown(tables, args.repeats), args.markdown)
     if tables.failures:
         raise SystemExit("masks differ where they must not:\n" + "\n".join(tables.failures))
 

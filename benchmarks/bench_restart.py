@@ -29,8 +29,6 @@ to ``--markdown`` if given) and prints the markdown.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -39,6 +37,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from benchmarks import cli
 from benchmarks.scoped_env import CLOSED_OBJECTS
 from harness.fresh import run_fresh
 from harness.model import grammar_guard_service
@@ -282,7 +281,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of batches per run")
     parser.add_argument("--quick", action="store_true", help="one short round, a smaller schema")
@@ -293,7 +292,6 @@ def main() -> None:
         "folder only, no wait for an upgrade",
     )
     parser.add_argument("--out-dir", type=Path, default=Path("bench-out"))
-    parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args()
     quick = args.quick or args.smoke
     schema = SMOKE_SCHEMA if args.smoke else QUICK_SCHEMA if quick else FULL_SCHEMA
@@ -315,14 +313,10 @@ def main() -> None:
         "rounds": rounds,
         "restarts": restarts,
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "restart.json").write_text(json.dumps(report, indent=2))
+    cli.write_json(args.out_dir / "restart.json", report)
     table = markdown(report)
-    (args.out_dir / "restart.md").write_text(table)
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(table)
-    print(table)
+    cli.write(args.out_dir / "restart.md", table)
+    cli.publish(table, args.markdown)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 
 import benchmarks.bench_end_to_end as e2e
 import pytest
+from benchmarks import cli
 
 STEPS = 30
 # Seconds per batch: vLLM xgrammar is the faster vLLM backend; grammar-guard
@@ -185,8 +186,8 @@ def test_the_report_names_the_environment_its_engines_ran_with(busy: dict[str, b
 
 
 def test_an_environment_item_is_name_equals_value() -> None:
-    assert e2e._env_item("OMP_WAIT_POLICY=ACTIVE") == ("OMP_WAIT_POLICY", "ACTIVE")
-    assert e2e._env_item("EMPTY=") == ("EMPTY", "")
+    assert cli.env_pair("OMP_WAIT_POLICY=ACTIVE") == ("OMP_WAIT_POLICY", "ACTIVE")
+    assert cli.env_pair("EMPTY=") == ("EMPTY", "")
     for bad in ("OMP_WAIT_POLICY", "=ACTIVE"):
         with pytest.raises(argparse.ArgumentTypeError):
-            e2e._env_item(bad)
+            cli.env_pair(bad)
