@@ -1,11 +1,8 @@
 """Every benchmark, how ``python -m benchmarks all`` runs it, and where its tables go.
 
-Each benchmark runs as a subprocess with its own command line: most start
-vLLM engines, and one engine's threads, patches or leftover compile workers
-must not leak into the next benchmark. Each writes its tables to the file
-its ``--markdown`` names, in a folder of the run, rather than leaving them
-to be picked out of its output; the runner adds the provenance line and,
-unless told not to, puts them in their section of docs/benchmarks.md.
+Each runs as a subprocess (nothing of one engine may leak into the next) and writes its tables
+to the file its ``--markdown`` names; the runner adds the provenance line and, unless told not
+to, puts them in their section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ LOG = "output.log"
 # The smoke coverage run: a few schemas of both collections, quick to compile,
 # with keywords xgrammar enforces and one it does not (all in the repository's data/).
 COVERAGE_SMOKE_FILES = ("type.json", "enum.json", "maxLength.json", "Github_easy---o10008.json")
+COVERAGE_SMOKE = ("--files", ",".join(COVERAGE_SMOKE_FILES), "--limit", "2", "--out", "{folder}")
 # Why a benchmark whose full form reads the full collections did not run without them.
 NEEDS_DATA = "needs --data DIR (the full collections)"
 
@@ -95,15 +93,7 @@ BENCHMARKS = (
     Benchmark(
         "coverage",
         full=_module("coverage", "--out", "{folder}"),
-        smoke=_module(
-            "coverage",
-            "--files",
-            ",".join(COVERAGE_SMOKE_FILES),
-            "--limit",
-            "2",
-            "--out",
-            "{folder}",
-        ),
+        smoke=_module("coverage", *COVERAGE_SMOKE),
         full_data=True,
     ),
 )
