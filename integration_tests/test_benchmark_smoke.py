@@ -9,9 +9,10 @@ test fails and names it. The figures of a smoke run mean nothing and are
 not looked at; the smoke run must not write the docs.
 
 load_soak and bench_restart have no smoke form here: their own integration
-tests run them (test_load_soak.py, and test_persistent_cache.py, which runs bench_restart's smoke form: the
-filling run and one restart from the cache folder, where its full form starts
-five engines one after another), so no engine starts twice for one check.
+tests run them (test_load_soak.py, and test_persistent_cache.py, which runs
+bench_restart's smoke form: the filling run and one restart from the cache
+folder, where its full form starts five engines one after another), so no
+engine starts twice for one check.
 """
 
 from __future__ import annotations
