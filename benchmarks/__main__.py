@@ -1,13 +1,8 @@
 """Command line: ``python -m benchmarks all [--smoke] [--only NAME ...] [--no-docs] [--data DIR]``.
 
-``all`` runs every benchmark on the code as it is, each beside vLLM's own
-backends in the same run, and writes their tables into docs/benchmarks.md
-(``--no-docs``: only into ``--out``). ``--smoke`` runs each in a short form
-that proves it still works; its figures mean nothing, so it never writes the
-docs. ``--data DIR`` is the folder holding the full schema collections, which
-the full form of ``coverage`` reads: without it a full run skips it, saying
-so (its smoke form reads the repository's sample in data/). Run from the
-repository root with the project's virtualenv.
+Run every benchmark on the code as it is and write their tables into docs/benchmarks.md
+(``--smoke``: short forms that prove each still runs, never the docs); docs/benchmarks.md
+("Running them") has the details.
 """
 
 from __future__ import annotations

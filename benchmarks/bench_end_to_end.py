@@ -1,21 +1,11 @@
 """Constrained decoding on a real engine: throughput and per-step cost, grammar-guard against vLLM.
 
-Every configuration (``none``, vLLM's ``xgrammar`` and ``guidance``,
-``grammar-guard`` routed and ``grammar-guard-xgrammar``) is the tiny model's
-engine in a fresh interpreter of its own (``harness.fresh``); all stay up and
-take turns, one timed batch at a time. docs/benchmarks.md ("End-to-end
-decoding") describes the tables. The throughput goals are judged on equal
-work only (grammar-guard on xgrammar against vLLM xgrammar, the same token
-ids); a per-step ratio below 1.0 is noise. grammar-guard on xgrammar must
-decode vLLM xgrammar's tokens short of a kept-out token, or the run fails.
-
-    .venv/bin/python -m benchmarks.bench_end_to_end [--runs 3] [--markdown PATH]  # 5 engines
-    .venv/bin/python -m benchmarks.bench_end_to_end --smoke  # 2 engines, batches 1 and 8, 1 run
+Each configuration is the tiny model's engine in a fresh interpreter (``harness.fresh``); all
+take turns, one timed batch at a time. docs/benchmarks.md ("End-to-end decoding") has the method.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import os
@@ -26,12 +16,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from typing import Any
 
+from benchmarks import cli
 from benchmarks.scoped_env import CLOSED_OBJECTS
-from benchmarks.step_breakdown import clocks_on, parts_ms
-from benchmarks.step_breakdown import table as breakdown_table
 from benchmarks.vocabulary import kept_out_of_strings
 from harness.fresh import Fresh
 from harness.model import grammar_guard_service, model_tokenizer
@@ -66,27 +54,20 @@ COMPILE_TIMEOUT_S = "1800"
 
 NONE, XGRAMMAR, GUIDANCE = "none", "xgrammar", "guidance"
 GRAMMAR_GUARD, GRAMMAR_GUARD_XGRAMMAR = "grammar-guard", "grammar-guard-xgrammar"
+
+
 # Per configuration: the vLLM structured-outputs backend and the settings its engine starts with.
+def _guarded(engine: str) -> tuple[str, dict[str, str]]:
+    timeout = {"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S}
+    return "grammar-guard", {"GRAMMAR_GUARD_ENGINE": engine, **timeout, **CLOSED_OBJECTS}
+
+
 CONFIGURATIONS: dict[str, tuple[str, dict[str, str]]] = {
     NONE: (XGRAMMAR, {}),  # vLLM's default; its requests carry no constraint
     XGRAMMAR: (XGRAMMAR, {}),
     GUIDANCE: (GUIDANCE, {}),
-    GRAMMAR_GUARD: (
-        "grammar-guard",
-        {
-            "GRAMMAR_GUARD_ENGINE": "auto",
-            "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S,
-            **CLOSED_OBJECTS,
-        },
-    ),
-    GRAMMAR_GUARD_XGRAMMAR: (
-        "grammar-guard",
-        {
-            "GRAMMAR_GUARD_ENGINE": "xgrammar",
-            "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": COMPILE_TIMEOUT_S,
-            **CLOSED_OBJECTS,
-        },
-    ),
+    GRAMMAR_GUARD: _guarded("auto"),
+    GRAMMAR_GUARD_XGRAMMAR: _guarded("xgrammar"),
 }
 # The same engine behind both: their token ids must match, short of a kept-out
 # token the second sampled (vocabulary.py). The other pairs are only reported.
@@ -142,25 +123,12 @@ def engine(argument: dict[str, Any]) -> Iterator[Any]:
     order = yield "ready"
     while True:
         size = order["size"]
-        if order["kind"] == "breakdown":
-            order = yield _breakdown(llm, size, lengths[size])
-            continue
         if order["kind"] == "twin":
             ids, seconds = _generate(llm, _twins(lengths[size]))
         else:
             ids, seconds = _generate(llm, _requests(size, constrained))
             lengths[size] = [len(tokens) for tokens in ids]
         order = yield {"seconds": seconds, "token_ids": ids}
-
-
-def _breakdown(llm: Any, size: int, lengths: list[int]) -> dict[str, dict[str, float]]:
-    """One constrained batch and its twin with clocks on: milliseconds per step of each part."""
-    parts = {}
-    for kind, batch in (("constrained", _requests(size, True)), ("twin", _twins(lengths))):
-        with clocks_on() as totals:
-            ids, seconds = _generate(llm, batch)
-        parts[kind] = parts_ms(totals, seconds, max(len(tokens) for tokens in ids))
-    return parts
 
 
 def _generate(llm: Any, batch: tuple[list[str], list[Any]]) -> tuple[list[list[int]], float]:
@@ -186,11 +154,9 @@ def _requests(size: int, constrained: bool) -> tuple[list[str], list[Any]]:
     def constraint(i: int) -> Any:
         return StructuredOutputsParams(json=SCHEMAS[i % len(SCHEMAS)]) if constrained else None
 
+    sampling = {"max_tokens": MAX_TOKENS, "temperature": 1.0}
     params = [
-        SamplingParams(
-            max_tokens=MAX_TOKENS, temperature=1.0, seed=i, structured_outputs=constraint(i)
-        )
-        for i in range(size)
+        SamplingParams(**sampling, seed=i, structured_outputs=constraint(i)) for i in range(size)
     ]
     return _prompts(size), params
 
@@ -199,12 +165,8 @@ def _twins(lengths: list[int]) -> tuple[list[str], list[Any]]:
     """Unconstrained requests that decode exactly ``lengths[i]`` tokens each."""
     from vllm import SamplingParams
 
-    params = [
-        SamplingParams(
-            max_tokens=length, min_tokens=length, ignore_eos=True, temperature=1.0, seed=i
-        )
-        for i, length in enumerate(lengths)
-    ]
+    exact = [{"max_tokens": n, "min_tokens": n, "ignore_eos": True} for n in lengths]
+    params = [SamplingParams(**e, temperature=1.0, seed=i) for i, e in enumerate(exact)]
     return _prompts(len(lengths)), params
 
 
@@ -285,25 +247,14 @@ class Runs:
 Results = dict[tuple[str, int], Runs]
 
 
-# Per constrained configuration: "constrained" and "twin" parts_ms at the smallest batch.
-Breakdowns = dict[str, dict[str, dict[str, float]]]
-
-
 @dataclass(frozen=True)
 class Measured:
     quiet: Results
     busy: Results  # the throughput batch only, with every core also spinning
-    breakdowns: Breakdowns
 
 
 def measure(workers: list[Worker], plan: Plan) -> Measured:
-    quiet = _measure_quiet(workers, plan)
-    breakdowns = {
-        worker.name: worker.run("breakdown", plan.batches[0])
-        for worker in workers
-        if worker.name != NONE
-    }
-    return Measured(quiet, _measure_busy(workers, plan), breakdowns)
+    return Measured(_measure_quiet(workers, plan), _measure_busy(workers, plan))
 
 
 def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
@@ -473,13 +424,6 @@ def report(plan: Plan, measured: Measured) -> Report:
         "",
         *_step_table(plan, results),
         "",
-        f"Where a step's time goes at batch {plan.batches[0]}, in ms per output step, one "
-        "batch of each with clocks on (benchmarks/step_breakdown.py: apply and fill are the "
-        "mask's, scheduler includes the grammar accepting each token, outside steps is request "
-        "admission and validation):",
-        "",
-        *_breakdown_table(measured.breakdowns),
-        "",
         f"Token ids, per batch size (all {size} requests of the largest batch, and so on):",
         "",
         *_token_table(plan, agreements),
@@ -594,16 +538,6 @@ def _step_table(plan: Plan, results: Results) -> list[str]:
     return lines
 
 
-def _breakdown_table(breakdowns: Breakdowns) -> list[str]:
-    return breakdown_table(
-        [
-            (f"{name}, {kind}", parts[kind])
-            for name, parts in breakdowns.items()
-            for kind in ("constrained", "twin")
-        ]
-    )
-
-
 def _token_table(plan: Plan, agreements: dict[tuple[str, str, int], Agreement]) -> list[str]:
     lines = ["| pair | " + " | ".join(f"batch {b}" for b in plan.batches) + " |"]
     lines.append("|---|" + "---:|" * len(plan.batches))
@@ -686,33 +620,12 @@ def step_verdict(ratios: dict[int, float]) -> str:
     return "; ".join(parts)
 
 
-def _env_item(item: str) -> tuple[str, str]:
-    name, equals, value = item.partition("=")
-    if not name or not equals:
-        raise argparse.ArgumentTypeError(f"{item!r} is not NAME=VALUE")
-    return name, value
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--runs", type=int, help=f"timed batches per cell (default {FULL.runs})")
-    parser.add_argument(
-        "--busy-runs",
-        type=int,
-        help=f"busy batches per engine, judged by their median (default {FULL.busy_runs})",
-    )
-    parser.add_argument(
-        "--smoke", action="store_true", help="vLLM xgrammar and grammar-guard on xgrammar, 1 run"
-    )
-    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
-    parser.add_argument(
-        "--env",
-        nargs="+",
-        default=[],
-        type=_env_item,
-        metavar="NAME=VALUE",
-        help="environment for every engine, e.g. VLLM_CPU_OMP_THREADS_BIND=0",
-    )
+    parser.add_argument("--busy-runs", type=int, help=f"default {FULL.busy_runs}")
+    parser.add_argument("--smoke", action="store_true", help="2 engines, batches 1 and 8, 1 run")
+    parser.add_argument("--env", nargs="+", default=[], type=cli.env_pair, metavar="NAME=VALUE")
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL
     plan = Plan(
@@ -731,10 +644,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for worker in workers:
             worker.close()
     done = report(plan, measured)
-    print(done.text)
+    cli.publish(done.text, args.markdown)
     print(f"{time.perf_counter() - started:.0f} s in all", file=sys.stderr)
-    if args.markdown:
-        args.markdown.write_text(done.text)
     if done.failures:
         raise SystemExit("token ids differ where they must not:\n" + "\n".join(done.failures))
 

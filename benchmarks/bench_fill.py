@@ -2,7 +2,7 @@
 
 Every side runs the installed vLLM's real ``StructuredOutputManager.grammar_bitmask``
 in one process on the 129k-token tokenizer, the sides taking turns step by
-step; docs/benchmarks.md ("Bitmask fill") describes the four tables and their
+step; docs/benchmarks.md ("Bitmask fill") describes the three tables and their
 goal. grammar-guard on xgrammar must fill vLLM xgrammar's masks short of
 kept-out tokens (``vocabulary.py``), or the run fails.
 
@@ -11,7 +11,6 @@ kept-out tokens (``vocabulary.py``), or the run fails.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -19,11 +18,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from benchmarks import cli
 from benchmarks.scoped_env import CLOSED_OBJECTS, scoped_environment
 from benchmarks.vocabulary import as_bitmask_row, kept_out_of_strings
 from harness.model import model_tokenizer
@@ -43,19 +42,6 @@ HARD_SCHEMA = {
 # Where each request stands; request i takes prefix i modulo the list.
 EASY_PREFIXES = ("", '{"color":"', '{"color":"red","n":', '{"color":"blue","n":12')
 HARD_PREFIXES = ('{"text":"', '{"text":"hello wor', '{"text":"a short note about the weather, ')
-# Speculative decoding: the drafts scheduled per request, tokens of the text
-# that continues its prefix, so its grammar accepts every one (a rejected draft
-# would have vLLM copy rows instead of filling them).
-DRAFTS = 3
-CONTINUATIONS = {
-    "": '{"color":"red","n":1}',
-    '{"color":"': 'green","n":7}',
-    '{"color":"red","n":': "1234567}",
-    '{"color":"blue","n":12': "3456789}",
-    '{"text":"': 'the quick brown fox"}',
-    '{"text":"hello wor': 'ld and everyone in it"}',
-    '{"text":"a short note about the weather, ': 'sunny with a light wind"}',
-}
 # Long enough for the slowest compile here (xgrammar, the 300-character string,
 # on a loaded 2-core machine); the benchmark must time fills, never a compile.
 DRAIN_TIMEOUT_S = 600.0
@@ -97,32 +83,28 @@ WORKLOADS = (
 MIXED = Workload("half hard (llguidance) + half easy (xgrammar)", _alternating)
 
 
-def _backend_config(backend: str, drafts: int = 0) -> Any:
-    """What the backends' constructors read of a VllmConfig; grammars roll ``drafts`` back."""
+def _backend_config(backend: str) -> Any:
+    """What the backends' constructors read of a VllmConfig."""
     from vllm.config.structured_outputs import StructuredOutputsConfig
 
     return SimpleNamespace(
         structured_outputs_config=StructuredOutputsConfig(
             backend=backend, disable_any_whitespace=True
         ),
-        speculative_config=SimpleNamespace(num_speculative_tokens=drafts) if drafts else None,
+        speculative_config=None,
         model_config=None,
     )
 
 
-def _manager(backend: Any, max_rows: int, drafts: int = 0) -> Any:
-    """A StructuredOutputManager holding only what ``grammar_bitmask`` reads.
-
-    ``max_rows`` requests at most, as the scheduler's ``max_num_seqs``: vLLM
-    sizes its buffer at ``1 + drafts`` rows for each.
-    """
+def _manager(backend: Any, max_rows: int) -> Any:
+    """A StructuredOutputManager holding only what ``grammar_bitmask`` reads."""
     import torch
     from vllm.v1.structured_output import StructuredOutputManager
 
     manager = object.__new__(StructuredOutputManager)
     manager.backend = backend
     manager.vllm_config = SimpleNamespace(
-        num_speculative_tokens=drafts,
+        num_speculative_tokens=0,
         scheduler_config=SimpleNamespace(max_num_seqs=max_rows),
         model_config=SimpleNamespace(is_diffusion=False),
     )
@@ -134,7 +116,7 @@ def _manager(backend: Any, max_rows: int, drafts: int = 0) -> Any:
     return manager
 
 
-def _grammar_guard(tokenizer: Any, engine: str, drafts: int = 0) -> Any:
+def _grammar_guard(tokenizer: Any, engine: str) -> Any:
     from grammar_guard import BACKEND_NAME
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
@@ -147,7 +129,7 @@ def _grammar_guard(tokenizer: Any, engine: str, drafts: int = 0) -> Any:
     }
     with scoped_environment(settings):
         return GrammarGuardBackend(
-            _backend_config(BACKEND_NAME, drafts), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
+            _backend_config(BACKEND_NAME), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
         )
 
 
@@ -160,9 +142,7 @@ class Side:
     function: Callable[..., Any]
     backend_for: Callable[[dict[str, Any]], Any]  # the backend that compiles a schema
     hooked: bool  # grammar-guard's fill hook runs (it counts the strategies it used)
-    drafts: int = 0  # drafts scheduled per request; a request has drafts + 1 rows
     requests: dict[str, Any] = field(default_factory=dict)
-    scheduled: dict[str, list[int]] = field(default_factory=dict)  # drafts by request id
     engines: Counter[str] = field(default_factory=Counter)  # rows per engine, grammar-guard only
     times: list[float] = field(default_factory=list)
     strategies: Counter[str] = field(default_factory=Counter)
@@ -170,15 +150,13 @@ class Side:
     def load(self, tokenizer: Any, requests: list[Request]) -> None:
         from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
-        self.requests, self.scheduled, self.engines = {}, {}, Counter()
+        self.requests, self.engines = {}, Counter()
         self.times, self.strategies = [], Counter()
         for i, (schema, prefix) in enumerate(requests):
             grammar = self.backend_for(schema).compile_grammar(
                 StructuredOutputOptions.JSON, json.dumps(schema)
             )
             assert grammar.accept_tokens("r", tokenizer.encode(prefix, add_special_tokens=False))
-            if self.drafts:
-                self.scheduled[f"r{i}"] = _drafts(tokenizer, grammar, prefix, self.drafts)
             if self.hooked:
                 engine, recorded = _engine_of(grammar.batch_matcher())
                 self.engines[engine] += 1
@@ -193,28 +171,20 @@ class Side:
 
         before = dict(counters.strategies)
         started = time.perf_counter()
-        bitmask = self.function(self.manager, self.requests, list(self.requests), self.scheduled)
+        bitmask = self.function(self.manager, self.requests, list(self.requests), {})
         elapsed = time.perf_counter() - started
         if timed:
             self.times.append(elapsed)
             for strategy, count in counters.strategies.items():
                 self.strategies[strategy.value] += count - before.get(strategy, 0)
         # A copy: the array is a view of the manager's buffer, which its next step overwrites.
-        return np.array(bitmask[: self.rows()])
-
-    def rows(self) -> int:
-        """The mask rows of one step."""
-        return len(self.requests) * (1 + self.drafts)
+        return np.array(bitmask[: len(self.requests)])
 
     def median_us(self) -> float:
         return statistics.median(self.times) * 1e6
 
     def rows_per_second(self) -> float:
-        return self.rows() / statistics.median(self.times)
-
-    def fills_per_step(self) -> float:
-        """The filler's calls per timed step (grammar-guard only): how the rows were batched."""
-        return sum(self.strategies.values()) / len(self.times)
+        return len(self.requests) / statistics.median(self.times)
 
     def strategy(self) -> str:
         """The filler's most used strategy; `direct` if it never ran: vLLM's loop filled rows."""
@@ -240,14 +210,6 @@ def _engine_of(matcher: Any) -> tuple[str, bool]:
     return ENGINE_OF_MATCHER.get(name, name), False
 
 
-def _drafts(tokenizer: Any, grammar: Any, prefix: str, count: int) -> list[int]:
-    """``count`` tokens that continue ``prefix``, each accepted by ``grammar`` after the last."""
-    tokens = tokenizer.encode(CONTINUATIONS[prefix], add_special_tokens=False)[:count]
-    if len(tokens) < count or grammar.validate_tokens(tokens) != tokens:
-        raise RuntimeError(f"the grammar after {prefix!r} does not accept {count} drafts {tokens}")
-    return tokens
-
-
 class Sides:
     """Every backend of the run, and the sides built on them."""
 
@@ -267,20 +229,15 @@ class Sides:
         vllm_g = GuidanceBackend(
             _backend_config("guidance"), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
         )
-        # Its grammars keep DRAFTS tokens to roll back, as vLLM configures them then.
-        vllm_x_drafts = XgrammarBackend(
-            _backend_config("xgrammar", DRAFTS), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
-        )
         self.ours = {
             engine: _grammar_guard(tokenizer, engine)
             for engine in ("xgrammar", "llguidance", "auto")
         }
-        self.ours["xgrammar, drafts"] = _grammar_guard(tokenizer, "xgrammar", DRAFTS)
         ours_x, ours_ll, routed = self.ours["xgrammar"], self.ours["llguidance"], self.ours["auto"]
 
-        def side(name: str, backend: Any, function: Any, pick: Any = None, drafts: int = 0) -> Side:
-            manager, hook = _manager(backend, max_rows, drafts), function is hooked
-            return Side(name, manager, function, pick or (lambda _: backend), hook, drafts)
+        def side(name: str, backend: Any, function: Any, pick: Any = None) -> Side:
+            manager, hook = _manager(backend, max_rows), function is hooked
+            return Side(name, manager, function, pick or (lambda _: backend), hook)
 
         def by_engine(schema: dict[str, Any]) -> Any:
             return ours_ll if schema is HARD_SCHEMA else ours_x
@@ -289,10 +246,6 @@ class Sides:
         self.forced = side(GG_XGRAMMAR, ours_x, hooked)
         self.routed = side(GG_ROUTED, routed, hooked)
         self.mixed = side(GG_MIXED, ours_x, hooked, by_engine)
-        self.drafted = [
-            side(VLLM_XGRAMMAR, vllm_x_drafts, original, drafts=DRAFTS),
-            side(GG_XGRAMMAR, self.ours["xgrammar, drafts"], hooked, drafts=DRAFTS),
-        ]
         self._tokenizer = tokenizer
 
     def settle_routing(self) -> None:
@@ -329,7 +282,6 @@ def measure(sides: list[Side], tokenizer: Any, requests: list[Request], repeats:
 
 IDENTICAL, KEPT_OUT_ONLY, DIFFERENT = "identical", "kept-out tokens only", "differ"
 FORCED, ROUTED, MIXED_TABLE = "grammar-guard on xgrammar", "grammar-guard routed", "mixed engines"
-DRAFTED = f"grammar-guard on xgrammar, {DRAFTS} drafts"
 # The goals hold from this batch up; below it a step is microseconds either way.
 GOAL_FROM_BATCH = 8
 
@@ -362,7 +314,6 @@ def compare(
 @dataclass
 class Tables:
     forced: list[str] = field(default_factory=list)
-    drafted: list[str] = field(default_factory=list)
     routed: list[str] = field(default_factory=list)
     mixed: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -418,19 +369,6 @@ def run(sizes: Sequence[int], repeats: int) -> Tables:
                     f"| {routed.engine_rows()} "
                     f"| {against} | {routed.strategy()} |"
                 )
-        theirs, ours = sides.drafted
-        for workload in WORKLOADS:
-            for size in sizes:
-                masks = measure(sides.drafted, tokenizer, workload.requests(size), repeats)
-                label = f"{workload.name} | {size}"
-                verdict = compare(masks, GG_XGRAMMAR, VLLM_XGRAMMAR, kept_out)
-                if verdict == DIFFERENT:
-                    tables.failures.append(f"{label}, {DRAFTS} drafts: other masks than vLLM's")
-                tables.drafted.append(
-                    f"| {label} | {ours.rows()} "
-                    f"| {tables.versus(DRAFTED, workload.name, size, theirs, ours)} "
-                    f"| {verdict} | {ours.strategy()} | {ours.fills_per_step():.0f} |"
-                )
         for size in [size for size in sizes if size > 1]:
             masks = measure([vllm_x, vllm_g, mixed], tokenizer, MIXED.requests(size), repeats)
             xgrammar_rows, llguidance_rows = range(1, size, 2), range(0, size, 2)
@@ -474,16 +412,6 @@ def markdown(tables: Tables, repeats: int) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---|---|",
         *tables.forced,
         "",
-        f"The same with speculative decoding: {DRAFTS} drafts scheduled per request, each "
-        f"accepted by its grammar, so {DRAFTS + 1} rows per request (its drafts' and the bonus "
-        f"token's); manager and grammars configured for `num_speculative_tokens = {DRAFTS}`; "
-        "masks checked at every step as above. Rows per second count every row; fills per step: "
-        "grammar-guard's filler calls in one step:",
-        "",
-        f"| grammars | batch | rows per step | {RATES} | masks | strategy | fills per step |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
-        *tables.drafted,
-        "",
         "grammar-guard routed (the default, after its background compiles), against both "
         "vLLM backends (masks compared, not required to match):",
         "",
@@ -509,7 +437,7 @@ def markdown(tables: Tables, repeats: int) -> str:
     lines += [
         "",
         f"Goal, from batch {GOAL_FROM_BATCH} up: never slower than vLLM's xgrammar backend "
-        "(grammar-guard on xgrammar, with and without drafts) or than the faster vLLM backend "
+        "(grammar-guard on xgrammar) or than the faster vLLM backend "
         "(routed, mixed engines):",
         "",
     ]
@@ -529,16 +457,12 @@ def _goal(table: str, rows: list[tuple[str, int, float]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
-    parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
     args = parser.parse_args()
     tables = run(args.batch_sizes, args.repeats)
-    report = markdown(tables, args.repeats)
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report)
+    cli.publish(markdown(tables, args.repeats), args.markdown)
     if tables.failures:
         raise SystemExit("masks differ where they must not:\n" + "\n".join(tables.failures))
 

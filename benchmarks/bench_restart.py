@@ -1,36 +1,12 @@
-"""After an engine restart: time to first token and to steady-state throughput of a slow schema.
+"""After an engine restart: time to first token and to steady throughput of a slow schema.
 
-A restart is a fresh engine process (the tiny model, an in-process engine
-core). Once it is up and has decoded one unconstrained request, it is sent
-the first request for a schema whose long bounded strings make xgrammar's
-compile slow (its time to first token, ``max_tokens=1``), then batch after
-batch of requests of that schema (seeded, so every batch of one engine
-writes the same tokens), each batch's output tokens per second recorded
-against the time since that first request. Kinds, one engine each, in turn
-within each round, so load from other processes hits all alike:
-
-- vLLM's ``xgrammar`` and ``guidance`` backends (no persistent cache);
-- grammar-guard without a cache folder: llguidance serves the key at once,
-  and its reuse starts the key's upgrade trial on xgrammar in the background
-  (it moves if xgrammar's masks cost it less);
-- grammar-guard with ``GRAMMAR_GUARD_CACHE_DIR`` filled by an earlier run,
-  which stored the grammar the trial chose: the restart starts on it.
-
-"Steady" is the median rate of a run's last three batches; the time to
-steady state is when the first batch at 90% of it or more ended. (Its study
-of the cache's file formats is retired: docs/benchmarks.md keeps its table.)
-
-    .venv/bin/python -m benchmarks.bench_restart [--rounds 2] [--out-dir bench-out]
-    .venv/bin/python -m benchmarks.bench_restart --quick   # every kind, one short round
-
-Writes ``restart.json`` and ``restart.md`` to ``--out-dir`` (and the markdown
-to ``--markdown`` if given) and prints the markdown.
+Each run is a fresh engine process: vLLM's xgrammar and guidance backends, grammar-guard, and
+grammar-guard restarted on a cache folder an earlier run filled, in turn each round; "steady" is
+the median rate of a run's last three batches. docs/benchmarks.md ("Restart") has the method.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -39,6 +15,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from benchmarks import cli
 from benchmarks.scoped_env import CLOSED_OBJECTS
 from harness.fresh import run_fresh
 from harness.model import grammar_guard_service
@@ -73,10 +50,8 @@ def slow_schema(*lengths: int) -> dict[str, Any]:
 # seconds of xgrammar compile: what a cache folder saves a restart.
 FULL_SCHEMA = slow_schema(200, 240)
 QUICK_SCHEMA = slow_schema(40)
-# The smoke form's key must be one the folder keeps: the folder keeps a grammar
-# only if loading it costs at most a tenth of its compile, which an xgrammar
-# compile of seconds pays for and an llguidance compile of milliseconds never
-# does. So the smoke form forces xgrammar, on a string long enough for that.
+# The smoke form's key must be one the folder keeps (a load costing at most a tenth
+# of the compile): an xgrammar compile of seconds, so it forces xgrammar.
 SMOKE_SCHEMA = slow_schema(200)
 SMOKE_ENV = {"GRAMMAR_GUARD_ENGINE": "xgrammar"}
 
@@ -105,15 +80,9 @@ def restart(argument: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     llm.generate(["Write it: "], [first], use_tqdm=False)
     ttft_s = time.perf_counter() - started
-    params = [
-        SamplingParams(
-            max_tokens=MAX_TOKENS,
-            temperature=1.0,
-            seed=index,
-            structured_outputs=StructuredOutputsParams(json=schema),
-        )
-        for index in range(BATCH)
-    ]
+    constraint = StructuredOutputsParams(json=schema)
+    sampling = {"max_tokens": MAX_TOKENS, "temperature": 1.0, "structured_outputs": constraint}
+    params = [SamplingParams(**sampling, seed=index) for index in range(BATCH)]
     prompts = [f"Record {index}: " for index in range(BATCH)]
     batches = []
     upgrade: dict[str, Any] | None = None
@@ -191,12 +160,8 @@ def _restart(
     env = {"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S), **CLOSED_OBJECTS, **extra_env}
     # An empty value is no folder (Settings reads it so): only the cache-folder kind has one.
     env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder) if kind == KINDS[-1] else ""
-    argument = {
-        "kind": kind,
-        "schema": schema,
-        "duration_s": duration_s,
-        "upgrade_wait_s": upgrade_wait_s,
-    }
+    argument = {"kind": kind, "schema": schema, "duration_s": duration_s}
+    argument["upgrade_wait_s"] = upgrade_wait_s
     return dict(run_fresh("benchmarks.bench_restart:restart", argument, env))
 
 
@@ -282,7 +247,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of batches per run")
     parser.add_argument("--quick", action="store_true", help="one short round, a smaller schema")
@@ -293,7 +258,6 @@ def main() -> None:
         "folder only, no wait for an upgrade",
     )
     parser.add_argument("--out-dir", type=Path, default=Path("bench-out"))
-    parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args()
     quick = args.quick or args.smoke
     schema = SMOKE_SCHEMA if args.smoke else QUICK_SCHEMA if quick else FULL_SCHEMA
@@ -315,14 +279,10 @@ def main() -> None:
         "rounds": rounds,
         "restarts": restarts,
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "restart.json").write_text(json.dumps(report, indent=2))
+    cli.write_json(args.out_dir / "restart.json", report)
     table = markdown(report)
-    (args.out_dir / "restart.md").write_text(table)
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(table)
-    print(table)
+    cli.write(args.out_dir / "restart.md", table)
+    cli.publish(table, args.markdown)
 
 
 if __name__ == "__main__":

@@ -1,44 +1,25 @@
-"""One-shot NVIDIA GPU check of the mask apply paths (a few minutes).
+"""One-shot NVIDIA GPU check of the mask apply paths (a few minutes; exits 0 without a GPU).
 
-Run on a machine with CUDA: ``.venv/bin/python -m benchmarks.gpu_apply_check``
-(``--part kernels`` or ``--part engines`` runs one half; ``--markdown PATH``
-also writes the timing table and the verdicts there).
-
-1. Correctness: ``GraphSafeBitmaskApplier`` against a reference on the GPU,
-   for float32/bf16/fp16, vocabularies that are not multiples of 32, logits
-   wider than the mask, and constrained rows mixed with free ones.
-2. CUDA graph: ``apply_staged`` is captured once, then new masks and row maps
-   are staged into the static buffers and the graph is replayed; each replay
-   is checked against the reference.
-3. Timing at vocab 129280 for batches 1/8/32/128: the eager path, the graph
-   replay and ``stage`` (host part), against xgrammar's CUDA kernel.
-4. Real engines: the tiny model with grammar-guard on the V2 model runner
-   (vLLM's CUDA default, which applies the mask itself from the rows vLLM's
-   grammar_bitmask lays out) and, on releases that still have it (0.32,
-   0.33), on the V1 runner (where the plugin's apply runs), each without and
-   with ngram speculative decoding (3 drafts, so draft rows are laid out and
-   read). Every output must satisfy its constraint, including drafts the
-   grammar forbids, and each engine must have run the runner and the hooks it
-   was meant to. Each engine runs in its own interpreter.
-
-Exits non-zero on the first wrong kernel result or after any failed engine;
-without a GPU it says so and exits 0 (nothing to check).
+1. ``GraphSafeBitmaskApplier`` against a reference; 2. ``apply_staged`` captured in a CUDA graph
+and replayed on newly staged masks; 3. timings against xgrammar's CUDA kernel; 4. real engines on
+the V2 runner (and the V1 runner where the release has it), each without and with ngram drafts:
+every output checked, and each engine must have run the runner and hooks it should.
+docs/benchmarks.md ("Mask apply, CUDA") has the details. Exits non-zero on any failure.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import re
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from benchmarks import cli
 from harness.fresh import FreshError, run_fresh
 
 from grammar_guard.core.masks.apply import GraphSafeBitmaskApplier
@@ -332,11 +313,8 @@ def check_engines(lines: list[str]) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--part", choices=("all", "kernels", "engines"), default="all")
-    parser.add_argument(
-        "--markdown", type=Path, help="also write the timings and verdicts here (with a GPU)"
-    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("skipped: gpu_apply_check.py needs an NVIDIA GPU with CUDA; none is available here.")
@@ -356,8 +334,7 @@ def main() -> int:
     ok = args.part not in ("all", "engines") or check_engines(engines)
     if engines:
         report += ["", "Engines (part 4):", "", *(f"- `{line.strip()}`" for line in engines)]
-    if args.markdown:
-        args.markdown.write_text("\n".join(report) + "\n")
+    cli.write(args.markdown, "\n".join(report) + "\n")
     return 0 if ok else 1
 
 

@@ -1,43 +1,14 @@
 """Load and soak: hundreds of concurrent structured requests against a real server, bounded.
 
-Starts vLLM's OpenAI-compatible server on loopback with the ``grammar-guard``
-backend, compact JSON and a small compile cache (``GRAMMAR_GUARD_CACHE_MB``),
-then sends a planned mix of requests, many at once:
-
-- good requests with one of a few hot schemas (cache hits once warm);
-- good requests with a schema never sent before (a compile each; they fill
-  the cache past its bound, so it evicts from then on);
-- bad requests, drawn from the refusals of the bad-input corpus
-  (``harness/bad_input/``), small bodies only.
-
-Every answer is checked: a good request must come back 200 with output its
-schema accepts (a valid prefix when cut by ``max_tokens``), a bad one with a
-4xx naming its reason. It stops by itself as soon as RSS has been flat over
-the last ``--requests`` answered requests past the cache bound, or at
-``--max-requests`` or ``--max-duration-s``, whichever comes first, and
-reports:
-
-- requests lost (no answer: a transport error or a timeout) and requests
-  answered wrongly (goal: both 0);
-- engine restarts (goal 0: the engine-core process is the one the run began
-  with, and the server is healthy at the end);
-- the engine core's resident memory (RSS) sampled over the run, and whether
-  it is flat once the cache bound was reached (see :func:`memory_trend`).
-
-Run from the repository root (the server helpers live in ``harness``):
-
-    .venv/bin/python -m benchmarks.load_soak [--requests 6000] [--max-requests 24000]
-
-Writes ``build/load_soak.json`` and ``build/load_soak.md``, prints the
-markdown and plots RSS over time to ``docs/img/load_soak_rss.png``.
+Hot, new and bad schemas against a small compile cache until the engine core's RSS holds level
+past the cache bound, or a cap; every answer checked. docs/reliability.md ("The load soak") has
+the method and the goals (nothing lost or wrong, no restart, flat memory).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
-import json
 import random
 import statistics
 import time
@@ -51,6 +22,7 @@ from typing import Any
 
 import httpx
 import psutil
+from benchmarks import cli
 from harness.bad_input.builders import completion, constrained
 from harness.bad_input.case import SERVER_ARGS, Case, Outcome, Reply, json_output
 from harness.bad_input.corpus import CORPUS
@@ -60,7 +32,6 @@ from grammar_guard.demo.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "build" / "load_soak.json"
-DEFAULT_PLOT = REPO / "docs" / "img" / "load_soak_rss.png"
 MIB = float(1 << 20)
 # Bad requests are about refusal under load, not upload size.
 MAX_BAD_BODY_BYTES = 64 << 10
@@ -75,11 +46,8 @@ LEAK_TO_FLAT = 2.0
 
 @dataclass(frozen=True)
 class SoakConfig:
-    # The judged window: memory is flat when RSS held level over the last this
-    # many answered requests, all past the cache bound. The engine core's RSS
-    # first climbs to a high-water mark, for a few thousand requests that vary
-    # with the machine (docs/reliability.md); the run goes on until the window
-    # is level, so a leak, which never levels, runs to a cap and fails.
+    # The judged window (memory_trend): the run goes on until it is level, so a
+    # leak, which never levels, runs to a cap and fails.
     requests: int = 6000
     max_requests: int = 24000
     concurrency: int = 200
@@ -277,10 +245,9 @@ async def _send_until_stopped(
 async def _drive(
     server: ApiServer, engine: psutil.Process, config: SoakConfig
 ) -> tuple[Tally, list[Sample], str, float, MemoryTrend]:
-    """What the run did, its samples, why it stopped, how long it took, and its memory verdict.
+    """What the run did, its samples, why it stopped, how long it took, its memory verdict.
 
-    A run stopped by a flat window is judged on that window: the samples
-    taken while the requests in flight finish are kept, not judged.
+    A run stopped by a flat window is judged on that window, not on the samples after it.
     """
     tally = Tally()
     samples: list[Sample] = []
@@ -341,18 +308,10 @@ class MemoryTrend:
 def memory_trend(samples: list[Sample], window_requests: int) -> MemoryTrend:
     """Whether RSS stopped following the grammars compiled once the cache bound was reached.
 
-    Judged on the window of the last ``window_requests`` answered requests,
-    when the cache had already evicted where it starts; it is cut in four
-    quarters. It counts as flat when the median RSS of the last quarter is at
-    most ``FLAT_MIB`` above the lowest of the first, while keeping the
-    grammars compiled between them beyond the bound would have grown RSS by
-    ``kept_mib``, at least ``LEAK_TO_FLAT`` times as much. What comes before
-    the window is left out because RSS first climbs to a high-water mark, with
-    the grammars held by requests in flight and the allocator's growth, and
-    stays there (docs/reliability.md); a leak never levels, so no window of it
-    is flat. The lowest of the first quarter keeps the end of that climb out
-    of a flat window; the median of the last keeps one transient allocation
-    from deciding.
+    Judged on the last ``window_requests`` answered requests, all past the bound, in quarters:
+    flat when the last quarter's median RSS is at most ``FLAT_MIB`` above the first's lowest,
+    while keeping the grammars compiled between them would have cost ``LEAK_TO_FLAT`` times
+    that (docs/reliability.md: RSS first climbs to a high-water mark; a leak never levels).
     """
     baseline = samples[0].rss_mib
     peak = max(sample.rss_mib for sample in samples)
@@ -482,93 +441,24 @@ def markdown(result: SoakResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: SoakResult, path: Path) -> bool:
-    """False, and no file, without matplotlib (the ``bench`` extra, which tests do not install)."""
-    try:
-        import matplotlib
-    except ImportError:
-        return False
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    samples = result.samples
-    times = [s.at_s for s in samples]
-    figure, rss_axis = plt.subplots(figsize=(8, 4.2))
-    rss_axis.plot(times, [s.rss_mib for s in samples], color="tab:blue", label="engine-core RSS")
-    rss_axis.set_xlabel("seconds into the run")
-    rss_axis.set_ylabel("RSS (MiB)")
-    cache_axis = rss_axis.twinx()
-    cache_axis.plot(
-        times, [s.cache_mib for s in samples], color="tab:orange", label="grammar cache"
-    )
-    cache_axis.axhline(result.config.cache_mb, color="tab:orange", linestyle=":", linewidth=1)
-    cache_axis.set_ylabel("grammar cache (MiB)")
-    cache_axis.set_ylim(0, result.config.cache_mb * 1.6)
-    if result.memory.bound_reached_s is not None:
-        rss_axis.axvline(result.memory.bound_reached_s, color="grey", linestyle="--", linewidth=1)
-    if result.memory.measured_from_s is not None:
-        rss_axis.axvline(result.memory.measured_from_s, color="black", linestyle="-.", linewidth=1)
-    answered = samples[-1].answered
-    rss_axis.set_title(
-        f"{answered} requests, {result.config.concurrency} at once; cache bound "
-        f"{result.config.cache_mb:g} MiB (dotted), first eviction (dashed), "
-        "judged window (from dash-dot)",
-        fontsize=9,
-    )
-    handles = rss_axis.get_legend_handles_labels()
-    extra = cache_axis.get_legend_handles_labels()
-    rss_axis.legend(handles[0] + extra[0], handles[1] + extra[1], loc="lower right")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return True
+OPTIONS = ("requests", "max_requests", "concurrency", "max_duration_s", "bad_share")
+OPTIONS += ("new_schema_share", "max_tokens", "cache_mb", "seed")
 
 
 def main() -> None:
-    defaults = SoakConfig()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=defaults.requests)
-    parser.add_argument("--max-requests", type=int, default=defaults.max_requests)
-    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
-    parser.add_argument("--max-duration-s", type=float, default=defaults.max_duration_s)
-    parser.add_argument("--bad-share", type=float, default=defaults.bad_share)
-    parser.add_argument("--new-schema-share", type=float, default=defaults.new_schema_share)
-    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
-    parser.add_argument("--cache-mb", type=float, default=defaults.cache_mb)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser = cli.parser(__doc__)
+    cli.add_fields(parser, SoakConfig(), *OPTIONS)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
-    parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
-    config = SoakConfig(
-        requests=args.requests,
-        max_requests=args.max_requests,
-        concurrency=args.concurrency,
-        max_duration_s=args.max_duration_s,
-        bad_share=args.bad_share,
-        new_schema_share=args.new_schema_share,
-        max_tokens=args.max_tokens,
-        cache_mb=args.cache_mb,
-        seed=args.seed,
-    )
-    model = str(build_tiny_model())
-    with start_api_server(model, *SERVER_ARGS, env=config.server_env()) as server:
+    config = cli.fields_of(args, SoakConfig, *OPTIONS)
+    with start_api_server(str(build_tiny_model()), *SERVER_ARGS, env=config.server_env()) as server:
         result = run_soak(server, config)
     report = markdown(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result.as_json(), indent=1))
-    args.json.with_suffix(".md").write_text(report)
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
-    plotted = plot(result, args.plot)
-    print(report)
+    cli.write_json(args.json, result.as_json())
+    cli.write(args.json.with_suffix(".md"), report)
+    cli.publish(report, args.markdown)
     for example in result.failure_examples:
         print("lost or wrong:", example)
-    shown = args.plot if plotted else "none (matplotlib is not installed)"
-    print(f"JSON: {args.json}; plot: {shown}")
 
 
 if __name__ == "__main__":

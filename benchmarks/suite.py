@@ -1,11 +1,8 @@
 """Every benchmark, how ``python -m benchmarks all`` runs it, and where its tables go.
 
-Each benchmark runs as a subprocess with its own command line: most start
-vLLM engines, and one engine's threads, patches or leftover compile workers
-must not leak into the next benchmark. Each writes its tables to the file
-its ``--markdown`` names, in a folder of the run, rather than leaving them
-to be picked out of its output; the runner adds the provenance line and,
-unless told not to, puts them in their section of docs/benchmarks.md.
+Each runs as a subprocess (nothing of one engine may leak into the next) and writes its tables
+to the file its ``--markdown`` names; the runner adds the provenance line and, unless told not
+to, puts them in their section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -23,10 +20,10 @@ from benchmarks.provenance import REPO, commit, header
 
 TABLES = "tables.md"
 LOG = "output.log"
-IMAGES = DOCS.parent / "img"
 # The smoke coverage run: a few schemas of both collections, quick to compile,
 # with keywords xgrammar enforces and one it does not (all in the repository's data/).
 COVERAGE_SMOKE_FILES = ("type.json", "enum.json", "maxLength.json", "Github_easy---o10008.json")
+COVERAGE_SMOKE = ("--files", ",".join(COVERAGE_SMOKE_FILES), "--limit", "2", "--out", "{folder}")
 # Why a benchmark whose full form reads the full collections did not run without them.
 NEEDS_DATA = "needs --data DIR (the full collections)"
 
@@ -44,7 +41,6 @@ class Benchmark:
     smoke: Command | None  # None: CI runs it elsewhere (``covered_by``)
     covered_by: str = ""
     starts_engines: bool = False
-    plots: tuple[str, ...] = ()  # files in its folder that docs/img keeps a copy of
     # Its full form reads the full collections (``--data DIR``); its smoke form,
     # the repository's sample in data/. Without --data a full run skips it.
     full_data: bool = False
@@ -65,17 +61,12 @@ def _scripted(name: str, *smoke: str, starts_engines: bool = False) -> Benchmark
 
 
 MARKDOWN = "{folder}/" + TABLES
-HEAD_OF_LINE_FILES = ("--json", "{folder}/samples.json", "--plot", "{folder}/head_of_line.png")
+HEAD_OF_LINE_FILES = ("--json", "{folder}/samples.json")
 # grammar-guard alone: the vLLM backends' side of the script is exercised by
 # the end-to-end smoke, and each engine start costs a minute of CI.
 HEAD_OF_LINE_SMOKE = ("--quick", "--backends", "grammar-guard", "--block", "5")
-FIRST_REQUEST_TEST = "integration_tests/test_first_request.py"
 BENCHMARKS = (
-    _scripted("bench_apply", "--repeats", "2", "--batch-sizes", "8"),
     _scripted("bench_fill", "--repeats", "3", "--batch-sizes", "8"),
-    _scripted(
-        "bench_compile_isolation", "--quick", "--repeats", "1", "--workers", "2", "--nice", "0"
-    ),
     _scripted("gpu_apply_check", "--part", "kernels"),
     _scripted("bench_end_to_end", "--smoke", starts_engines=True),
     Benchmark(
@@ -83,7 +74,6 @@ BENCHMARKS = (
         full=_module("head_of_line", *HEAD_OF_LINE_FILES),
         smoke=_module("head_of_line", *HEAD_OF_LINE_SMOKE, *HEAD_OF_LINE_FILES),
         starts_engines=True,
-        plots=("head_of_line.png",),
     ),
     Benchmark(
         "bench_restart",
@@ -94,42 +84,16 @@ BENCHMARKS = (
         starts_engines=True,
     ),
     Benchmark(
-        "first_request",
-        full=_module("first_request", "--json", "{folder}/first_request.json"),
-        smoke=None,
-        covered_by=f"{FIRST_REQUEST_TEST} (its server run)",
-        starts_engines=True,
-    ),
-    Benchmark(
-        "first_request_offline",
-        full=_module("first_request", "--offline", "--json", "{folder}/first_request.json"),
-        smoke=None,
-        covered_by=f"{FIRST_REQUEST_TEST} (its LLM(...) run)",
-        starts_engines=True,
-    ),
-    Benchmark(
         "load_soak",
-        full=_module(
-            "load_soak", "--json", "{folder}/load_soak.json", "--plot", "{folder}/load_soak_rss.png"
-        ),
+        full=_module("load_soak", "--json", "{folder}/load_soak.json"),
         smoke=None,
         covered_by="integration_tests/test_load_soak.py",
         starts_engines=True,
-        plots=("load_soak_rss.png",),
     ),
     Benchmark(
         "coverage",
         full=_module("coverage", "--out", "{folder}"),
-        smoke=_module(
-            "coverage",
-            "--files",
-            ",".join(COVERAGE_SMOKE_FILES),
-            "--limit",
-            "2",
-            "--out",
-            "{folder}",
-        ),
-        plots=("coverage.png",),
+        smoke=_module("coverage", *COVERAGE_SMOKE),
         full_data=True,
     ),
 )
@@ -201,9 +165,6 @@ def run_benchmark(benchmark: Benchmark, options: RunOptions) -> Outcome:
     (options.out / f"{benchmark.name}.md").write_text(section, encoding="utf-8")
     if options.docs:
         write_section(benchmark.name, section)
-        for plot in benchmark.plots:
-            if (folder / plot).exists():
-                shutil.copy(folder / plot, IMAGES / plot)
     return Outcome(benchmark.name, OK, seconds)
 
 

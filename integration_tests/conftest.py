@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from benchmarks.first_request import DECODE_STREAMS
 from harness.server import (
     GRAMMAR_GUARD_FLAGS,
     ApiServer,
@@ -30,6 +29,7 @@ from harness.server import (
 )
 
 from grammar_guard.demo.tiny_model import build_tiny_model
+from integration_tests.first_request import DECODE_STREAMS
 
 if TYPE_CHECKING:
     from vllm import LLM

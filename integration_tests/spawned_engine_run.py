@@ -5,7 +5,7 @@ interpreter with default settings (no ``GRAMMAR_GUARD_*`` variable), since
 an engine start is the slow part of these tests:
 
 1. right after start, the first request of every kind while every core is
-   busy decoding (one round of ``benchmarks.first_request``'s offline form;
+   busy decoding (one round of ``first_request.py``'s offline form;
    checked by ``test_first_request.py``). It runs first: nothing may have
    been compiled before it;
 2. then every demo case on vLLM's multi-process path, where the engine core
@@ -69,9 +69,8 @@ def every_case(llm: Any) -> dict[str, Any]:
 
 
 def main(model: str, output: Path, decode_streams: int) -> None:
-    from benchmarks.first_request import build_reference_engine, measure_offline
-
     from grammar_guard.demo.engine import start_engine
+    from integration_tests.first_request import build_reference_engine, measure_offline
 
     reference = build_reference_engine(model)
     llm = start_engine(model, multiprocess=True, disable_log_stats=False)

@@ -8,11 +8,11 @@ that should match, token ids that should be the same) exits non-zero, so its
 test fails and names it. The figures of a smoke run mean nothing and are
 not looked at; the smoke run must not write the docs.
 
-first_request, load_soak and bench_restart have no smoke form here: their
-own integration tests run them (test_first_request.py, test_load_soak.py,
-and test_persistent_cache.py, which runs bench_restart's smoke form: the
-filling run and one restart from the cache folder, where its full form starts
-five engines one after another), so no engine starts twice for one check.
+load_soak and bench_restart have no smoke form here: their own integration
+tests run them (test_load_soak.py, and test_persistent_cache.py, which runs
+bench_restart's smoke form: the filling run and one restart from the cache
+folder, where its full form starts five engines one after another), so no
+engine starts twice for one check.
 """
 
 from __future__ import annotations
@@ -71,10 +71,9 @@ def test_the_smoke_form_runs_and_writes_a_table(name: str, tmp_path: Path) -> No
 
 
 def test_benchmarks_with_engine_tests_of_their_own_are_left_to_them(tmp_path: Path) -> None:
-    names = ["first_request", "first_request_offline", "load_soak", "bench_restart"]
+    names = ["load_soak", "bench_restart"]
     run = _smoke(names, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "integration_tests/test_first_request.py" in run.stdout
     assert "integration_tests/test_load_soak.py" in run.stdout
     assert "integration_tests/test_persistent_cache.py" in run.stdout
     # Nothing ran, so nothing but the run's summary was written.

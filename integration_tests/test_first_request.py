@@ -20,7 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from benchmarks.first_request import (
+from harness.oracles import assert_satisfies
+from harness.server import ApiServer
+
+from integration_tests.first_request import (
     DECODE_STREAMS,
     KINDS,
     FirstRequestResult,
@@ -28,8 +31,6 @@ from benchmarks.first_request import (
     build_reference_engine,
     measure_first_requests,
 )
-from harness.oracles import assert_satisfies
-from harness.server import ApiServer
 
 pytestmark = pytest.mark.engine
 

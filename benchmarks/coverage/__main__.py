@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import cli
 from benchmarks.coverage.cases import (
     JSONSCHEMABENCH,
     PROJECT_CASES,
@@ -30,11 +31,9 @@ _PROGRESS_EVERY_S = 15.0
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = cli.parser(
+        "Compile every schema through grammar-guard's and vLLM's paths; feed each instance.",
         prog="python -m benchmarks.coverage",
-        description="Compile every schema of the data folders through grammar-guard "
-        "(routed, and with each engine forced) and vLLM's xgrammar and guidance backends, "
-        "and feed each instance's tokens to the grammar.",
     )
     parser.add_argument(
         "--suite",
@@ -62,9 +61,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="allow whitespace in JSON (default: compact, vLLM's disable_any_whitespace)",
     )
     parser.add_argument("--out", type=Path, default=Path("build/coverage"))
-    parser.add_argument(
-        "--markdown", type=Path, help="also write the overview (docs/benchmarks.md's part) here"
-    )
     parser.add_argument(
         "--data",
         type=Path,
@@ -123,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     coverage = run_coverage(config, progress=_ProgressLine())
     print(coverage.tables)
-    if args.markdown:
-        args.markdown.write_text(render_overview(coverage.report), encoding="utf-8")
+    cli.write(args.markdown, render_overview(coverage.report))
     for path in coverage.files:
         print(f"wrote {path}")
     return 0

@@ -1,28 +1,9 @@
-"""The collections: which schemas they hold, by category, and each schema's instances.
+"""The collections: their schemas by category, and each schema's instances.
 
-- ``jsonschemabench/*.json``: one schema per file,
-  ``{"description", "meta", "schema", "tests": [{"description", "valid", "data"}]}``;
-  the category is the name before ``---`` (``Github_easy---o10008.json``) or
-  before a trailing ``_<n>`` (``BFCL_simple_12.json``).
-- ``json-schema-test-suite/tests/draft2020-12/**/*.json``: a list of
-  ``{"description", "schema", "tests"}`` per file; the category is the file's
-  path without ``.json`` (``type``, ``optional/format/email``).
-- ``coverage-cases/*.json``: the project's own cases, for classes of schema the
-  two shared collections miss; the test suite's format, the category is the
-  file's name without ``.json`` (``number-ranges``).
-
-The two shared collections sit in one data folder: the repository's ``data/``
-(:data:`SAMPLE_DATA_DIR`: the whole test suite and a sample of jsonschemabench,
-which the tests read), or the full collections a benchmark is given with
-``--data DIR``. The project's cases live in the repository's ``data/`` only
-and are read from there whichever folder is given.
-
-The parent only reads counts and descriptions (:func:`discover`); a worker
-loads the schema and instances it checks (:func:`load_case`). Numbers in
-instances keep their literal text (:class:`NumberLiteral`), so ``1.0`` is fed
-to the grammar as ``1.0``, not as whatever Python prints for it. A test may
-give ``"text"`` instead of ``"data"``: that exact text is fed (:class:`RawText`),
-for output that is not JSON at all, and such a test is always invalid.
+docs/coverage.md ("The data") describes the three suites' formats and categories. The parent
+reads only counts (:func:`discover`); a worker loads what it checks (:func:`load_case`),
+numbers keeping their literal text (:class:`NumberLiteral`), a ``"text"`` test as that text
+(:class:`RawText`).
 """
 
 from __future__ import annotations

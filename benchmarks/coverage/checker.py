@@ -1,11 +1,7 @@
 """One schema through one path: compile it, then feed it every instance of its file.
 
-Each instance is fed to a grammar of its own, as each request gets its own in
-a server (the first instance gets the compile's; the others ask the path
-again, a cache hit where it caches). Reusing one grammar through ``reset()``
-would carry one instance's state into the next: vLLM's guidance grammar keeps
-its ``terminated`` flag and an llguidance matcher's error state across a
-reset, and the plugin's ``GuardedGrammar`` keeps a fault.
+Each instance gets a grammar of its own, as each request does in a server: ``reset()`` would
+carry state (guidance's ``terminated`` flag, llguidance's error state, a plugin fault) across.
 """
 
 from __future__ import annotations

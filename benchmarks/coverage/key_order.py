@@ -1,20 +1,8 @@
 """Which order a schema suggests for an instance's object keys, and each value's subschema.
 
-xgrammar writes an object's members in the order of the schema's
-``properties``; a model under its grammar does the same. The writer
-(``writer.py``) lets the grammar choose among an object's remaining keys and
-tries them in the order given here, so the schema's order is what it finds
-first. This is a best effort over the schema, never a validator:
-
-- local ``$ref`` (``#``, ``#/json/pointer``) is followed, also next to other
-  keywords; anything else (anchors, relative or remote URIs) is not, and
-  nothing is ever fetched;
-- ``allOf`` members and ``$ref`` targets add their properties after the
-  node's own;
-- of ``anyOf`` / ``oneOf`` branches, the one declaring most of the
-  instance's keys is used (the first on a tie).
-
-Keys the schema does not name follow in the instance's own order.
+A best effort for the writer, never a validator: local ``$ref`` is followed, ``allOf`` members add
+their properties, of ``anyOf``/``oneOf`` the branch declaring most of the instance's keys is used;
+keys the schema does not name follow in the instance's order.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """How long a path takes to fill a request's token bitmask: its cost on every decoding step.
 
-The tokens the writer fed for a schema's first valid instance (only its
-accepted prefix, if the grammar refused it) are replayed into another
-request's grammar for the same schema the way vLLM's engine drives one:
-fill the request's bitmask row, then accept the sampled token. The replay
-starts once the instance's verdict is taken, on a grammar of its own, so
-the timing cannot change any verdict; and it never offers a token the
-grammar refused, so every fill is one an engine would make.
+The writer's tokens for a schema's first valid instance are replayed into a grammar of their
+own, fill then accept, as vLLM's engine drives one; after the verdict, so no verdict changes.
 """
 
 from __future__ import annotations

@@ -1,32 +1,16 @@
 """The five ways a JSON-schema request gets its grammar, each through its real classes.
 
-- ``grammar-guard``: the plugin's ``GrammarGuardBackend.compile_grammar``, the
-  call vLLM's engine core makes: the request key becomes a ``GrammarSpec``
-  with the server's ``CompileOptions``, is admitted to the plugin's cache and
-  compiled by the engine its router picks (xgrammar or llguidance). The
-  plugin's API-process check parses with the same function its compile
-  starts with, so a schema it refuses there is refused here with the same
-  error, whose class names the reason.
-- ``grammar-guard-xgrammar``, ``grammar-guard-llguidance``: the same with
-  ``GRAMMAR_GUARD_ENGINE`` forcing one engine.
-- ``vllm-xgrammar``: vLLM's own frontend validation for ``xgrammar``
-  (``validate_xgrammar_grammar``), then ``XgrammarBackend.compile_grammar``.
-- ``vllm-guidance``: the same for ``guidance`` (``validate_guidance_grammar``,
-  then ``GuidanceBackend.compile_grammar``).
-
-All build the request key with vLLM's ``get_structured_output_key``, from
-the schema as a client's JSON body would carry it, and take their settings
-from a real ``VllmConfig``.
+docs/coverage.md ("What each path runs"): grammar-guard routed and with each engine forced
+(``GrammarGuardBackend.compile_grammar``), and vLLM's xgrammar and guidance backends after their
+own frontend validation; every request key from vLLM's ``get_structured_output_key``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -42,6 +26,7 @@ from benchmarks.coverage.results import (
     VLLM_GUIDANCE_PATH,
     VLLM_XGRAMMAR_PATH,
 )
+from benchmarks.scoped_env import scoped_environment
 
 if TYPE_CHECKING:
     import torch
@@ -156,11 +141,8 @@ class PluginPath:
 
         grammar_guard.register()
         self.name = _PLUGIN_PATH_NAMES[selection.value]
-        # The backend reads GRAMMAR_GUARD_ENGINE once, in __post_init__, and a
-        # worker builds three of them: the variable is set for each one's
-        # construction only, so that no other backend built here, and nothing
-        # that reads the plugin's settings later, sees another path's choice.
-        with _environment(ENGINE_VARIABLE, selection.value):
+        # The backend reads GRAMMAR_GUARD_ENGINE once, when built: set for this one only.
+        with scoped_environment({ENGINE_VARIABLE: selection.value}):
             self._backend = GrammarGuardBackend(
                 vllm_config=vllm_config(grammar_guard.BACKEND_NAME, whitespace=whitespace),
                 tokenizer=tokenizer,
@@ -176,20 +158,6 @@ class PluginPath:
             raise Refused(plugin_reason(exc), _describe(exc)) from exc
         renew = functools.partial(self._backend.compile_grammar, option, key)
         return Compiled(grammar, wall_s, cpu_s, None, renew, engine=served_by(grammar))
-
-
-@contextlib.contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    """``name`` set to ``value`` inside the block; as it was (or unset) after it."""
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
 
 
 def served_by(grammar: StructuredOutputGrammar) -> str | None:

@@ -1,11 +1,8 @@
 """Worker processes, each checking one schema at a time, with a hard limit per compile.
 
-xgrammar cannot cancel a compile, so a path whose compile runs past the
-timeout is stopped by killing its worker; the path counts as ``timeout``, a
-fresh worker takes the old one's place and the schema's remaining paths go
-back to the front of the queue. A worker that dies (a native crash) costs its
-current path the same way, as ``crash``. Feeding instances has a limit of its
-own, far longer, so a hang there cannot stall the run either.
+xgrammar cannot cancel a compile: a path past its timeout (``timeout``) or whose worker died
+(``crash``) costs that worker, which a fresh one replaces; the schema's other paths go back to
+the front of the queue. docs/coverage.md ("Timeouts, workers and the default run").
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Imported once by the fork server that starts the workers.
-
-A worker killed on a compile timeout must be replaced, often hundreds of
-times in a full run. Started from scratch, a worker spends about 10 s of CPU
-before its first compile, 8 of them importing vLLM, torch and transformers
-and loading the tokenizer. Forked from a server that did that once, it only
-builds its five backends. Nothing here starts a thread or holds state a
-worker changes.
-"""
+"""Imported once by the fork server that starts the workers: the imports and the tokenizer
+(about 10 s of CPU) are paid once, not by each of the hundreds of replacement workers."""
 
 import os
 

@@ -1,8 +1,5 @@
-"""The run's results as ``report.json`` and as markdown tables (``summary.md``).
-
-The JSON holds every count and every wrong verdict; the markdown holds the
-tables (also printed) and, after them, every wrong verdict by name.
-"""
+"""The run's results as ``report.json`` (every count and wrong verdict) and markdown tables
+(``summary.md``: the tables, then every wrong verdict by name)."""
 
 from __future__ import annotations
 

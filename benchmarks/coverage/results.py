@@ -1,8 +1,4 @@
-"""What the harness records: one result per schema and path, shared by workers and the report.
-
-Everything here crosses the pipe between the parent and its workers, so it is
-plain data (picklable dataclasses of strings and numbers).
-"""
+"""One result per schema and path: plain picklable data, shared by the workers and the report."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
 """Which keywords the plugin refuses schemas for, without its schema rewrite and with it.
 
-The plugin rewrites a client's schema before analysing and compiling it
-(``grammar_guard.core.schema.rewrite``), so that schemas it would refuse as
-written are served. This measures that per keyword, without compiling: each
-schema goes through the plugin's routing check (``routing.route``, what the
-API process runs before a request is admitted) once as served, and once with
-the rewrite turned off (:func:`rewrite_turned_off`, for this benchmark only).
-Routing tries both engines and raises the clearest refusal; a schema counts
-under every keyword that refusal's findings name, or under
-:data:`INVALID_SCHEMA` (or the error's class) when it names none.
-
-It runs in the parent process once the workers are done: it needs the plugin
-alone (no tokenizer), and the check of all 6,786 schemas of the full
-collections takes well under a minute.
+No compile: each schema goes through the plugin's routing check (what the API process runs
+before admitting a request) as served and with the rewrite turned off
+(:func:`rewrite_turned_off`, this benchmark only); docs/benchmarks.md ("Schema coverage").
 """
 
 from __future__ import annotations

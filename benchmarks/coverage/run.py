@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.coverage.cases import Selection, discover, headline_suites, sample_data_dir
-from benchmarks.coverage.plot import write_plot
 from benchmarks.coverage.pool import Limits, Progress, WorkerPool
 from benchmarks.coverage.report import (
     REPORT_FILE,
@@ -45,7 +44,7 @@ class CoverageConfig:
     whitespace: bool = False  # False: compact JSON, vLLM's disable_any_whitespace
     timeout_s: float = DEFAULT_TIMEOUT_S
     workers: int = DEFAULT_WORKERS
-    out_dir: Path | None = None  # where report.json, summary.md and the plot go
+    out_dir: Path | None = None  # where report.json and summary.md go
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,7 @@ def run_coverage(config: CoverageConfig, progress: Progress | None = None) -> Co
         return Coverage(results, report, render_tables(report), [])
     tables = write_report(report, config.out_dir)
     files = [config.out_dir / name for name in (REPORT_FILE, SUMMARY_FILE, WORKER_LOG)]
-    plot = write_plot(results, config.out_dir)
-    return Coverage(results, report, tables, files + ([plot] if plot else []))
+    return Coverage(results, report, tables, files)
 
 
 def _rewrite_keywords(config: CoverageConfig, refs: list[CaseRef]) -> dict[str, Any]:

@@ -1,12 +1,8 @@
 """Counts per path over a set of schemas: what compiled, what was refused, what was judged right.
 
-Also which engine served the plugin's compiled schemas, and every timed
-bitmask fill (masks.py), merged.
-
-A refused schema (any reason, timeouts included) rejects all its instances:
-its invalid ones count as rejected, its valid ones as lost to the refusal.
-Only a compiled grammar can accept an invalid instance, so every invalid
-instance accepted is one accepted outside refusals.
+A refused schema (timeouts included) rejects all its instances: its invalid ones count as
+rejected, its valid ones as lost to the refusal; so every invalid instance accepted is one
+accepted by a compiled grammar.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The collection schemas whose keys routing would upgrade; instances written into their grammars.
 
-What ``integration_tests/test_upgrade_language.py`` checks both engines on and
-``scripts/sample_test_data.py`` keeps in data/. (The study that timed their
-masks on each engine, ``upgrade_masks``, is retired: docs/benchmarks.md keeps
-its table.)
+For ``integration_tests/test_upgrade_language.py`` and ``scripts/sample_test_data.py``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """A worker process: builds every path once, then checks the schemas it is sent.
 
-It talks to the parent (``pool.py``) over a pipe. Messages it sends:
-
-- ``("ready",)`` once the tokenizer and every path's backend are built, or
-  ``("failed", traceback)`` if they could not be;
-- ``("phase", path, "compile" | "match")`` when a path starts compiling a
-  schema, and when it starts feeding instances: the parent times each phase
-  and kills the worker when one runs past its limit;
-- ``("result", PathResult)`` per path, then ``("done",)`` per task.
-
-Its stdout and stderr (vLLM's log, xgrammar's warnings) go to a log file.
+Over a pipe to ``pool.py`` it sends ``("ready",)`` or ``("failed", traceback)``, ``("phase",
+path, "compile" | "match")`` (the parent times each phase and kills it past its limit),
+``("result", PathResult)`` per path and ``("done",)`` per task. Its output goes to a log file.
 """
 
 from __future__ import annotations

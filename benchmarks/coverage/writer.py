@@ -1,37 +1,8 @@
 """Feed a JSON instance to a grammar as a model would write it: token by token.
 
-A JSON value has many texts, and a grammar allows only some of them: keys in
-the schema's order, no whitespace in compact mode (but xgrammar 0.2.8 wants
-``", "`` inside values a schema leaves free, see vLLM's note on
-xgrammar#945), ``1`` rather than ``1.0`` for an integer. Rather than guess
-which, the writer lets the grammar choose among a small fixed set of
-candidates at each step, the way a sampler under its mask would:
-
-- whitespace before each piece: compact ``""`` or ``" "``; with whitespace,
-  a newline and two-space indent, ``" "`` or ``""``;
-- object members: the remaining keys, schema order first (``key_order.py``);
-- numbers: the literal as written, then, for a valid instance, its integer
-  form if it has one (``1.0`` is an integer since draft 6, not in draft 4,
-  so an invalid instance is never rewritten into one that may be valid);
-- strings: UTF-8 as is, then with non-ASCII characters escaped.
-
-Each candidate is tokenised and offered to the grammar with
-``validate_tokens`` (which leaves the grammar where it was); the first one
-accepted in full is fed with ``accept_tokens``. The text ends with the stop
-token, taken when the grammar's bitmask allows it (as a sampler takes it),
-and the instance counts as accepted when the grammar then reports itself
-terminated. When no candidate is accepted the grammar has refused the
-instance: the rest is written without it (first candidates), so the report
-can show the whole text and where it stopped.
-
-An instance given as text (:class:`~benchmarks.coverage.cases.RawText`) is
-fed as that one text, stop token after it: no candidates.
-
-Every candidate is a text of the same JSON value under every draft of JSON
-Schema, so an accepted invalid instance is a real hole in the grammar,
-whichever candidates were chosen. The
-search is greedy (no backtracking), so a valid instance may be reported
-rejected where a different earlier choice would have passed.
+At each step the grammar chooses among a few fixed texts of the same value (whitespace, key
+order, a number's integer form, escaped strings), the first it accepts in full is fed, and the
+stop token ends it; greedy, no backtracking. docs/coverage.md ("How an instance is written").
 """
 
 from __future__ import annotations

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import os
 import time
 from pathlib import Path
 
-from benchmarks.head_of_line.plot import plot
+from benchmarks import cli
 from benchmarks.head_of_line.report import (
     breakdown_table,
     caption,
@@ -23,18 +22,7 @@ from benchmarks.head_of_line.run import BACKENDS, run
 from benchmarks.head_of_line.workload import FULL, QUICK, Workload
 from benchmarks.provenance import REPO
 
-DEFAULT_PLOT = REPO / "docs" / "img" / "head_of_line.png"
 DEFAULT_JSON = REPO / "build" / "head_of_line.json"
-
-
-def _parse_env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        name, separator, value = pair.partition("=")
-        if not separator or not name:
-            raise SystemExit(f"--env takes NAME=VALUE, not {pair!r}")
-        env[name] = value
-    return env
 
 
 def _apply_env(extra: dict[str, str]) -> None:
@@ -61,10 +49,9 @@ def _workload(args: argparse.Namespace) -> Workload:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = cli.parser(
+        "Head-of-line blocking: do slow compiles delay everyone else's first token?",
         prog="python -m benchmarks.head_of_line",
-        description="Head-of-line blocking: do slow grammar compiles delay everyone else's "
-        "first token?",
     )
     parser.add_argument("--quick", action="store_true", help="one round of 15 s blocks")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
@@ -77,22 +64,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--slow-every", type=float, help="seconds between slow requests")
     parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="set for the engines (GRAMMAR_GUARD_COMPILE_WORKERS=4, say); repeatable",
+        "--env", action="append", default=[], type=cli.env_pair, metavar="NAME=VALUE"
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="every sample")
-    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
-    parser.add_argument("--markdown", type=Path, help="also write the headline table here")
     return parser
 
 
 def main() -> None:
     args = _parser().parse_args()
     workload = _workload(args)
-    env = _parse_env(args.env)
+    env = dict(args.env)
     _apply_env(env)
 
     started, load = time.perf_counter(), os.getloadavg()
@@ -100,9 +81,7 @@ def main() -> None:
         run(args.backends, workload, calibrate_rate=args.rate is None)
     )
     report = run_record(workload, calibration, env, results, started, load)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=1))
-    plotted = plot(results, workload.block_s, workload.slow_times(), args.plot)
+    cli.write_json(args.json, report)
     print(caption(workload, report))
     print()
     print(headline_table(report["summary"]))
@@ -110,10 +89,8 @@ def main() -> None:
     print(breakdown_table(report["summary"]))
     if goal := goal_line(report["summary"], workload.rate_per_s):
         print(f"\n{goal}")
-    if args.markdown:
-        args.markdown.write_text(markdown(workload, report))
-    shown = args.plot if plotted else "none (matplotlib is not installed)"
-    print(f"\n{report['seconds']:.0f} s in all; samples: {args.json}; plot: {shown}")
+    cli.write(args.markdown, markdown(workload, report))
+    print(f"\n{report['seconds']:.0f} s in all; samples: {args.json}")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ import time
 from datetime import date
 from typing import Any
 
-from benchmarks.head_of_line.calibration import Calibration
-from benchmarks.head_of_line.samples import (
+from benchmarks.head_of_line.run import Calibration
+from benchmarks.head_of_line.stream import (
     ALONE,
     LOADED,
     SIMPLE,

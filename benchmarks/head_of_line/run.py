@@ -1,4 +1,4 @@
-"""The head-of-line benchmark's run: each backend's engine in turn, its blocks alternating."""
+"""The head-of-line run: each backend's engine in turn, blocks alternating; the stream's rate."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.head_of_line.calibration import Calibration, calibrate
-from benchmarks.head_of_line.samples import BLOCKS, LOADED, Results, Sample
-from benchmarks.head_of_line.stream import run_block, served
-from benchmarks.head_of_line.workload import Workload
+from benchmarks.head_of_line.stream import BLOCKS, LOADED, Results, Sample, run_block, served
+from benchmarks.head_of_line.workload import BURST_REQUESTS, Workload, sustainable_rate
 from benchmarks.scoped_env import CLOSED_OBJECTS, scoped_environment
 
 if TYPE_CHECKING:
@@ -21,12 +19,35 @@ BACKENDS = ("xgrammar", "guidance", "grammar-guard", "grammar-guard-xgrammar")
 # Configurations of one vLLM backend, by the name they are reported under:
 # the backend, and the settings its engine starts with.
 _CONFIGURATIONS: dict[str, tuple[str, dict[str, str]]] = {
-    "grammar-guard": ("grammar-guard", {"GRAMMAR_GUARD_ENGINE": "auto", **CLOSED_OBJECTS}),
-    "grammar-guard-xgrammar": (
-        "grammar-guard",
-        {"GRAMMAR_GUARD_ENGINE": "xgrammar", **CLOSED_OBJECTS},
-    ),
+    name: ("grammar-guard", {"GRAMMAR_GUARD_ENGINE": engine, **CLOSED_OBJECTS})
+    for name, engine in (("grammar-guard", "auto"), ("grammar-guard-xgrammar", "xgrammar"))
 }
+CALIBRATION_BURSTS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """How the simple stream's rate was chosen, when ``--rate`` was not given."""
+
+    backend: str
+    burst_requests: int
+    served_per_s: float  # cache hits served per second, over every burst
+    rate_per_s: float
+
+
+async def calibrate(engine: AsyncLLM, backend: str, workload: Workload) -> Calibration:
+    """The stream's rate, from bursts of cache hits on this (warm) engine.
+
+    ``workload.rate_per_s`` is the highest it may be.
+    """
+    seconds = 0.0
+    for burst in range(CALIBRATION_BURSTS):
+        samples = await served(engine, workload.burst(), f"{backend}-burst-{burst}")
+        # All were due at once: the burst took as long as its last request.
+        seconds += max(sample.done_s or 0.0 for sample in samples)
+    served_per_s = CALIBRATION_BURSTS * BURST_REQUESTS / seconds
+    rate = sustainable_rate(served_per_s, workload.rate_per_s)
+    return Calibration(backend, BURST_REQUESTS, served_per_s, rate)
 
 
 def _engine_args(backend: str) -> Any:

@@ -1,24 +1,61 @@
-"""The head-of-line benchmark's requests on one engine: each sent when due, streamed and timed.
+"""The head-of-line requests on one engine: each sent when due, streamed, timed as a Sample.
 
-Each request is rendered and sent as vLLM's OpenAI server would, minus HTTP,
-and becomes a :class:`~benchmarks.head_of_line.samples.Sample`; a failed
-request is a sample with its error, not the end of the run.
+Each is rendered and sent as vLLM's OpenAI server would, minus HTTP; a failed request is a
+sample with its error, not the end of the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.head_of_line.samples import Sample
-from benchmarks.head_of_line.workload import Arrival
+from benchmarks.head_of_line.workload import Arrival, Kind
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
     from vllm.v1.engine.async_llm import AsyncLLM
 
 PROMPT = "Reply in JSON: "
+ALONE, LOADED = "alone", "with slow"
+BLOCKS = (ALONE, LOADED)
+SIMPLE = frozenset({Kind.REPEATED.value, Kind.NEW_SMALL.value})
+# Per backend, per block: every request of every round.
+Results = dict[str, dict[str, list["Sample"]]]
+
+
+@dataclass
+class Sample:
+    """One request as the client saw it, with vLLM's engine-side timestamps."""
+
+    kind: str
+    round: int
+    at_s: float  # due time from the start of its block
+    send_lag_s: float  # how late the client sent it (event-loop delay)
+    ttft_s: float | None = None  # from due time to the first token; None: none came
+    wait_s: float | None = None  # engine: queued until first scheduled (grammar included)
+    step_s: float | None = None  # engine: first scheduled until its first token
+    output_tokens: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+    done_s: float | None = None  # from due time to its last output; None: it failed
+
+    @property
+    def other_s(self) -> float | None:
+        """The rest of the TTFT: the API process, the hops to the engine and back, send lag."""
+        if self.ttft_s is None or self.wait_s is None or self.step_s is None:
+            return None
+        return self.ttft_s - self.wait_s - self.step_s
+
+
+def present(values: list[float | None]) -> list[float]:
+    """The figures that were measured: a request that failed has none."""
+    return [value for value in values if value is not None]
+
+
+def of_kinds(samples: list[Sample], kinds: frozenset[str]) -> list[Sample]:
+    return [sample for sample in samples if sample.kind in kinds]
 
 
 def _sampling_params(arrival: Arrival) -> Any:

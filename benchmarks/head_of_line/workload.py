@@ -1,8 +1,5 @@
-"""The head-of-line benchmark's request stream: schemas, a seeded arrival schedule, the presets.
-
-Nothing here starts an engine; the schedule is plain data, so every backend
-and both kinds of block replay exactly the same simple stream.
-"""
+"""The head-of-line request stream: schemas, a seeded arrival schedule (plain data, so every
+backend and both kinds of block replay the same simple stream), the presets."""
 
 from __future__ import annotations
 
@@ -18,23 +15,15 @@ Schema = dict[str, Any]
 # Sampling seeds per round: the simple stream counts up from the round's
 # first, the slow requests take the round's last ones.
 SEEDS_PER_ROUND = 100_000
-# The simple stream's rate, when not given, is this share of the rate at
-# which the engine serves a burst of cache hits: low enough that a cache hit
-# is scheduled in the step after it arrives, so the blocks measure blocking,
-# not a queue that grows without any slow request (and the slow compiles'
-# own CPU still leaves the engine room).
+# The simple stream's rate, when not given, is this share of the rate at which the
+# engine serves a burst of cache hits: the blocks must measure blocking, not a queue.
 UTILIZATION = 0.5
 BURST_REQUESTS = 16
 CALIBRATION_SEED = 10 * SEEDS_PER_ROUND  # past any round's seeds
 
 
 def sustainable_rate(served_per_s: float, ceiling: float) -> float:
-    """The stream's rate for an engine that served a burst at ``served_per_s``.
-
-    ``UTILIZATION`` of it, in steps of 0.5 requests/s so a table reads
-    plainly, at least one step and at most ``ceiling``, the rate the
-    documented runs on a fast machine used.
-    """
+    """``UTILIZATION`` of ``served_per_s`` in steps of 0.5 requests/s, from 0.5 to ``ceiling``."""
     steps = math.floor(served_per_s * UTILIZATION * 2) / 2
     return min(ceiling, max(0.5, steps))
 
@@ -89,13 +78,8 @@ def new_small_schema(name: str) -> Schema:
 
 
 def slow_schema(name: str, max_lengths: Sequence[int]) -> Schema:
-    """Seconds to compile against a 129k vocabulary: xgrammar expands each bounded string.
-
-    Every string needs a length no earlier schema used: xgrammar's own cache
-    (on in vLLM's backend) shares the costly part between schemas whose
-    strings have the same bound, so a second ``maxLength: 300`` string, under
-    any property name, compiles in milliseconds there.
-    """
+    """Seconds to compile against a 129k vocabulary; each string's bound must be new, or
+    xgrammar's own cache (on in vLLM's backend) compiles it in milliseconds."""
     return _object(
         {
             f"note_{name}_{i}": {"type": "string", "maxLength": length}
@@ -115,13 +99,8 @@ class Arrival:
 
 @dataclass(frozen=True)
 class Workload:
-    """What the benchmark sends: blocks of a simple stream, alone or with slow requests.
-
-    A run is ``rounds`` rounds of two blocks each, one alone and one with the
-    slow requests; within a round the simple stream is the same in both.
-    Every schema is a function of its round and place, so each engine gets
-    the same requests and no new schema repeats within an engine's run.
-    """
+    """``rounds`` rounds of two blocks, alone and with slow requests, the simple stream the
+    same in both; every schema a function of its round and place (docs/head-of-line.md)."""
 
     block_s: float
     rounds: int
@@ -135,11 +114,7 @@ class Workload:
     seed: int = 0
 
     def schedule(self, round_index: int, *, with_slow: bool) -> list[Arrival]:
-        """One block's arrivals in time order.
-
-        The simple stream's times, schemas and seeds come from the round
-        alone, so adding the slow requests changes nothing else about it.
-        """
+        """One block's arrivals in time order; the simple stream's depend on the round alone."""
         arrivals = self._simple(round_index)
         if with_slow:
             arrivals += self._slow(round_index)

@@ -16,7 +16,7 @@ from typing import Any
 
 import benchmarks.bench_end_to_end as e2e
 import pytest
-from benchmarks.step_breakdown import PARTS
+from benchmarks import cli
 
 STEPS = 30
 # Seconds per batch: vLLM xgrammar is the faster vLLM backend; grammar-guard
@@ -31,7 +31,6 @@ QUIET_S = {
 }
 BUSY_S = {**QUIET_S, e2e.XGRAMMAR: 2.1, e2e.GUIDANCE: 3.0, e2e.GRAMMAR_GUARD: 2.0}
 TWIN_S = 1.0
-BREAKDOWN = {part: 0.5 for part in (*PARTS, "total")} | {"steps": float(STEPS)}
 
 
 class FakeWorker:
@@ -41,8 +40,6 @@ class FakeWorker:
         self.tokens = tokens
 
     def run(self, kind: str, size: int) -> dict[str, Any]:
-        if kind == "breakdown":
-            return {"constrained": BREAKDOWN, "twin": BREAKDOWN}
         if kind == "twin":
             seconds = TWIN_S
         else:
@@ -158,15 +155,6 @@ def test_a_busy_output_unlike_the_quiet_one_is_reported(busy: dict[str, bool]) -
     assert f"{changed} {e2e.FULL.throughput_batch} (busy)" in _report(workers).text
 
 
-def test_the_breakdown_has_a_constrained_and_a_twin_row_per_constrained_backend(
-    report: e2e.Report,
-) -> None:
-    for name in e2e.FULL.configurations:
-        for kind in ("constrained", "twin"):
-            row = f"| {name}, {kind} | {STEPS} | "
-            assert (row in report.text) is (name != e2e.NONE), row
-
-
 def test_the_busy_verdict_is_the_median_batch_not_a_lucky_one(busy: dict[str, bool]) -> None:
     class LuckyOnceWhenBusy(FakeWorker):
         """One busy batch runs while the spinners happen to leave the cores alone."""
@@ -198,8 +186,8 @@ def test_the_report_names_the_environment_its_engines_ran_with(busy: dict[str, b
 
 
 def test_an_environment_item_is_name_equals_value() -> None:
-    assert e2e._env_item("OMP_WAIT_POLICY=ACTIVE") == ("OMP_WAIT_POLICY", "ACTIVE")
-    assert e2e._env_item("EMPTY=") == ("EMPTY", "")
+    assert cli.env_pair("OMP_WAIT_POLICY=ACTIVE") == ("OMP_WAIT_POLICY", "ACTIVE")
+    assert cli.env_pair("EMPTY=") == ("EMPTY", "")
     for bad in ("OMP_WAIT_POLICY", "=ACTIVE"):
         with pytest.raises(argparse.ArgumentTypeError):
-            e2e._env_item(bad)
+            cli.env_pair(bad)

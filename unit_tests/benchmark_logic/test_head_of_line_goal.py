@@ -7,7 +7,7 @@ requests measures queueing; its ratio must not read as a verdict on blocking.
 from __future__ import annotations
 
 from benchmarks.head_of_line.report import goal_line, summaries
-from benchmarks.head_of_line.samples import ALONE, LOADED, Sample
+from benchmarks.head_of_line.stream import ALONE, LOADED, Sample
 from benchmarks.head_of_line.workload import Kind
 
 

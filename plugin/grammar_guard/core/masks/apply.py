@@ -48,7 +48,8 @@ MIXED_WORD_LIMIT = 0.05
 # Runs of at most this many rows use the byte-table kernel: it reads every
 # token, but in two (float32) or four (16-bit) NumPy passes against some
 # fifteen torch operations, and after other work, as between engine steps,
-# dispatches cost more than bytes up to here (bench_apply's strategy table).
+# dispatches cost more than bytes up to here (the strategy table of the retired
+# bench_apply study, docs/benchmarks.md).
 TABLE_KERNEL_ROWS = {torch.float32: 4, torch.bfloat16: 8, torch.float16: 8}
 
 # Rows masked per pass of the dense CPU kernel: its int32 scratch (4 bytes a
@@ -169,22 +170,14 @@ def _flat_words(words: torch.Tensor) -> torch.Tensor:
 
 
 class CpuBitmaskApplier:
-    """The CPU kernel; see the module docstring for its strategies.
+    """The CPU kernel; see the module docstring for its strategies."""
 
-    ``table_rows`` overrides ``TABLE_KERNEL_ROWS`` for every dtype (0: torch
-    kernels only), for benchmarks that time the strategies apart.
-    """
-
-    def __init__(self, max_rows: int, vocab_size: int, table_rows: int | None = None) -> None:
+    def __init__(self, max_rows: int, vocab_size: int) -> None:
         self._arena = _Arena(torch.device("cpu"))
         # nonzero() sizes its output by the data; torch grows this one tensor
         # in place, so it stops allocating once it has seen the largest step.
         self._mixed_index = torch.empty((0, 1), dtype=torch.int64)
-        self._table_rows = (
-            dict(TABLE_KERNEL_ROWS)
-            if table_rows is None
-            else dict.fromkeys(TABLE_KERNEL_ROWS, table_rows)
-        )
+        self._table_rows = dict(TABLE_KERNEL_ROWS)
         self._table = ByteTableKernel(max(self._table_rows.values()), vocab_size)
         words = words_per_row(vocab_size)
         chunk = min(max_rows, DENSE_CHUNK_ROWS)

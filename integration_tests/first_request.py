@@ -1,58 +1,33 @@
-"""The first request of each kind on a fresh server, while every core is busy decoding.
+"""The first request of each kind on a fresh engine while every core is busy decoding.
 
-What a new operator meets: vLLM's OpenAI-compatible server with grammar-guard
-and default settings, just reported healthy, already decoding a batch of
-long unconstrained requests, when the first request of each kind arrives
-(JSON schema, regex, choice, EBNF and Lark grammars, structural tag,
-``json_object``). Each of those is a key never seen before, so each pays a
-compile.
-
-Every constrained request is sent together with an unconstrained twin (same
-prompt, same length), and both are streamed: the twin's time to its first
-token is what the server's scheduling and the decode load cost anyway, so
-``constrained - twin`` is what the grammar cost the request (its compile,
-waiting for it, and masking its first token). ``--rounds`` repeats the set
-with fresh keys (each round's specs differ by a salt) for percentiles.
-
-Run from the repository root:
-
-    .venv/bin/python -m benchmarks.first_request [--rounds 5] [--load 16]
-
-It prints a markdown table (``docs/reliability.md`` keeps one, with the
-command and date) and writes ``build/first_request.json``.
+Each constrained request goes with an unconstrained twin (same prompt, same
+length); ``constrained - twin`` is what the grammar cost it. Used by
+``test_first_request.py`` on the server and, through ``spawned_engine_run.py``,
+on ``LLM(...)``. It was a benchmark too until issue 31 retired that study:
+docs/benchmarks.md keeps its last tables, with how to rerun it.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import copy
 import json
-import os
 import statistics
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import date
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
 from harness.model import model_tokenizer
-from harness.server import (
-    GRAMMAR_GUARD_FLAGS,
-    ApiServer,
-    start_api_server,
-    without_plugin_settings,
-)
+from harness.server import ApiServer
 
 from grammar_guard.core.request.grammar_text import grammar_is_lark
 from grammar_guard.core.request.spec import CompileOptions
 from grammar_guard.demo.cases import CASES, Case, check_json_object
-from grammar_guard.demo.tiny_model import build_tiny_model
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -60,8 +35,6 @@ if TYPE_CHECKING:
 
     from grammar_guard.core.engines.base import GrammarEngine
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_JSON = REPO / "build" / "first_request.json"
 JSON_OBJECT_CASE = Case("json_object", {"json_object": True}, check_json_object)
 KINDS: tuple[Case, ...] = (*CASES, JSON_OBJECT_CASE)
 # Long enough that a load request outlives the measurement; the tiny model's
@@ -321,80 +294,3 @@ def _first_token_latency(output: RequestOutput) -> float:
     if metrics is None or not hasattr(metrics, "first_token_latency"):
         raise RuntimeError("no request metrics: start the LLM with disable_log_stats=False")
     return float(metrics.first_token_latency)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def markdown(result: FirstRequestResult, *, where: str, rounds: int, load: int) -> str:
-    lines = [
-        f"{where}, default settings, {load} unconstrained requests decoding, "
-        f"CPU {result.cpu_percent:.0f}% busy, {rounds} round(s) of fresh keys "
-        f"({date.today().isoformat()}).",
-        "",
-        "| kind | compile, in one thread | first token, constrained "
-        "| first token, unconstrained twin | grammar cost |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for case in KINDS:
-        own = [timing for timing in result.timings if timing.kind == case.name]
-        lines.append(
-            f"| {case.name} | {statistics.median(t.compile_s for t in own) * 1e3:.1f} ms "
-            f"| {statistics.median(t.constrained_s for t in own) * 1e3:.0f} ms "
-            f"| {statistics.median(t.twin_s for t in own) * 1e3:.0f} ms "
-            f"| {statistics.median(t.overhead_s for t in own) * 1e3:.0f} ms "
-            f"(max {max(t.overhead_s for t in own) * 1e3:.0f} ms) |"
-        )
-    overheads = result.overheads()
-    lines += [
-        "",
-        f"Grammar cost over all {len(overheads)} requests: p50 "
-        f"{percentile(overheads, 0.5) * 1e3:.0f} ms, p99 {percentile(overheads, 0.99) * 1e3:.0f}"
-        " ms.",
-    ]
-    return "\n".join(lines)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--load", type=int, default=DECODE_STREAMS, help="unconstrained decode requests"
-    )
-    parser.add_argument(
-        "--offline", action="store_true", help="through LLM(...) instead of the server"
-    )
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    parser.add_argument("--markdown", type=Path, help="also write the table here")
-    arguments = parser.parse_args()
-    model = str(build_tiny_model())
-    # The engine inherits this environment: a GRAMMAR_GUARD_* variable set
-    # here would make the run something other than the defaults.
-    for name in set(os.environ) - set(without_plugin_settings(os.environ)):
-        del os.environ[name]
-    engine = build_reference_engine(model)
-    if arguments.offline:
-        from grammar_guard.demo.engine import start_engine
-
-        where = "Fresh LLM(...)"
-        llm = start_engine(model, multiprocess=True, disable_log_stats=False)
-        result = measure_offline(llm, engine, rounds=arguments.rounds, load=arguments.load)
-    else:
-        where = "Fresh server"
-        with start_api_server(model, *GRAMMAR_GUARD_FLAGS) as server:
-            result = measure_first_requests(
-                server, engine, rounds=arguments.rounds, load=arguments.load
-            )
-    arguments.json.parent.mkdir(parents=True, exist_ok=True)
-    arguments.json.write_text(json.dumps(asdict(result), indent=2))
-    table = markdown(result, where=where, rounds=arguments.rounds, load=arguments.load)
-    if arguments.markdown is not None:
-        arguments.markdown.parent.mkdir(parents=True, exist_ok=True)
-        arguments.markdown.write_text(table + "\n")
-    print(table)
-
-
-if __name__ == "__main__":
-    main()
