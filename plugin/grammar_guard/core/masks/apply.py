@@ -42,7 +42,8 @@ if sys.byteorder != "little":  # the graph-safe kernel reads each word as four b
 
 # At or below this share of mixed words the word-by-word CPU kernel wins; above
 # it, unpacking every bit is cheaper than gathering and scattering mixed words
-# (measured at the 129k vocabulary: the two cross between 5% and 8%).
+# (the low end of where the two crossed in the retired bench_apply study,
+# docs/benchmarks.md).
 MIXED_WORD_LIMIT = 0.05
 
 # Runs of at most this many rows use the byte-table kernel: it reads every
