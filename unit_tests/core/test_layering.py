@@ -147,3 +147,9 @@ def test_the_checks_see_an_upward_import(tmp_path: Path) -> None:
     )
     assert core_imports(source) == {"service", "upgrade.upgrades", "settings"}
     assert LAYER_OF_PART[part_of("service")] > LAYER_OF_PART[part_of("engines.xgrammar.engine")]
+
+
+def test_the_routing_policy_needs_only_the_engines_checks() -> None:
+    """Routing decides without a tokenizer: it reads checks, never builds or holds an engine."""
+    engine_modules = {"engines.xgrammar.engine", "engines.llguidance.engine"}
+    assert core_modules()["engines.routing"] & engine_modules == set()

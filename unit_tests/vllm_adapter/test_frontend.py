@@ -13,7 +13,7 @@ from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 import grammar_guard
-from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.engines.xgrammar import rewrite as xgrammar_rewrite
 from grammar_guard.core.errors import EXCERPT_CHARS
 from grammar_guard.core.request import limits as input_limits
 from grammar_guard.core.request.limits import (
@@ -97,7 +97,7 @@ def test_diffusion_models_are_refused() -> None:
 def stuck_parser(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A parse that never returns until released, as a pathological input would."""
     release = threading.Event()
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(lambda spec, **_: release.wait()))
+    monkeypatch.setattr(xgrammar_rewrite, "check", lambda spec, **_: release.wait())
     monkeypatch.setenv("GRAMMAR_GUARD_VALIDATION_BUDGET_S", "0.01")
     yield
     release.set()
@@ -117,7 +117,7 @@ def test_a_repeated_valid_request_is_accepted_without_a_second_parse(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _validate(GUARD, regex="repeated-[a-z]+")
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(_must_not_parse))
+    monkeypatch.setattr(xgrammar_rewrite, "check", _must_not_parse)
     params = _validate(GUARD, regex="repeated-[a-z]+")
     assert params.structured_outputs is not None
     assert params.structured_outputs._backend == "grammar-guard"
@@ -143,7 +143,7 @@ def test_a_repeated_invalid_request_is_refused_without_a_second_parse(
     with pytest.raises(VLLMValidationError, match="integerr") as first:
         _validate(GUARD, json=schema)
 
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(_must_not_parse))
+    monkeypatch.setattr(xgrammar_rewrite, "check", _must_not_parse)
     with pytest.raises(VLLMValidationError) as second:
         _validate(GUARD, json=schema)
     assert str(second.value) == str(first.value)
@@ -195,7 +195,7 @@ def test_unenforced_keywords_are_refused_naming_each_and_remembered(
     assert "GRAMMAR_GUARD_UNENFORCED=warn" in reason
     assert refused.value.parameter == "structured_outputs"
 
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(_must_not_parse))
+    monkeypatch.setattr(xgrammar_rewrite, "check", _must_not_parse)
     with pytest.raises(VLLMValidationError, match="cannot enforce"):
         _validate(GUARD, json=schema)
     errors = frontend._metrics.snapshot()["grammar_guard_compile_errors_total"]

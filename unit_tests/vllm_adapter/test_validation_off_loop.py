@@ -18,7 +18,7 @@ from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 import grammar_guard
-from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
+from grammar_guard.core.engines.xgrammar import rewrite as xgrammar_rewrite
 from grammar_guard.core.request.spec import SMALL_SPEC_CHARS
 from grammar_guard.core.request.validation_lanes import BoundedLanes, LaneSizes
 from grammar_guard.vllm_adapter import frontend
@@ -44,13 +44,13 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 def slow_parser(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """xgrammar's check blocks until released, as a pathological input would (GIL released)."""
     release = threading.Event()
-    original = XGrammarEngine.check
+    original = xgrammar_rewrite.check
 
     def check(spec: Any, **kwargs: Any) -> Any:
         release.wait()
         return original(spec, **kwargs)
 
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(check))
+    monkeypatch.setattr(xgrammar_rewrite, "check", check)
     yield release
     release.set()
 
@@ -103,7 +103,7 @@ def test_a_verdict_reached_after_the_budget_answers_the_retry_at_once(
     deadline = time.monotonic() + 30.0
     while frontend._accepted.get(_spec_of(regex)) is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    monkeypatch.setattr(XGrammarEngine, "check", staticmethod(_must_not_parse))
+    monkeypatch.setattr(xgrammar_rewrite, "check", _must_not_parse)
     error, _ = asyncio.run(_validate_while_ticking(_params(regex=regex)))
     assert error is None
 

@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING
 
 from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.base import CompilePlan
-from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine
+from grammar_guard.core.engines.llguidance import rewrite as llguidance_rewrite
+from grammar_guard.core.engines.xgrammar import rewrite as xgrammar_rewrite
 from grammar_guard.core.engines.xgrammar.cost import (
     SLOW_SPEC_CHARS,
     slow_for_xgrammar,
     xgrammar_compile_estimate_s,
     xgrammar_over_constrains,
 )
-from grammar_guard.core.engines.xgrammar.engine import XGrammarEngine
 from grammar_guard.core.errors import (
     InvalidGrammarError,
     PastEngineLimitsError,
@@ -242,14 +242,16 @@ def _explained(refusal: InvalidGrammarError) -> InvalidGrammarError:
     )
 
 
-_ENGINE_TYPES: dict[EngineName, type[XGrammarEngine] | type[LLGuidanceEngine]] = {
-    EngineName.XGRAMMAR: XGrammarEngine,
-    EngineName.LLGUIDANCE: LLGuidanceEngine,
+# The policy needs each engine's check alone (no tokenizer, no engine), looked
+# up when called.
+_CHECK_MODULES = {
+    EngineName.XGRAMMAR: xgrammar_rewrite,
+    EngineName.LLGUIDANCE: llguidance_rewrite,
 }
 
 
 def _check(engine: EngineName, spec: GrammarSpec, unenforced: UnenforcedPolicy) -> Route:
-    return Route(engine, _ENGINE_TYPES[engine].check(spec, unenforced=unenforced))
+    return Route(engine, _CHECK_MODULES[engine].check(spec, unenforced=unenforced))
 
 
 def upgrade_target(spec: GrammarSpec, chosen: Route) -> EngineName | None:

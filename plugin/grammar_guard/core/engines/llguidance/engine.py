@@ -21,6 +21,7 @@ import numpy as np
 
 from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.fingerprint import engine_fingerprint
+from grammar_guard.core.engines.llguidance import rewrite as llguidance_rewrite
 from grammar_guard.core.engines.llguidance.matcher import (
     NO_TOKEN_FITS,
     LLGuidanceCompiled,
@@ -36,7 +37,6 @@ from grammar_guard.core.settings import UnenforcedPolicy
 
 if TYPE_CHECKING:
     from grammar_guard.core.request.spec import GrammarSpec
-    from grammar_guard.core.schema.findings import Finding
 
 # llguidance logs grammar warnings itself at level 1; the reasons reach the
 # client through our errors instead.
@@ -171,12 +171,7 @@ class LLGuidanceEngine:
         except InvalidGrammarError as exc:
             raise ValueError(f"not a grammar for this engine: {exc.reason}") from exc
 
-    @staticmethod
-    def check(
-        spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
-    ) -> tuple[Finding, ...]:
-        """Parse ``spec`` without a tokenizer; raise :class:`InvalidGrammarError` if invalid."""
-        return validated(spec, unenforced)[1]
+    check = staticmethod(llguidance_rewrite.check)
 
     def compile(self, spec: GrammarSpec) -> LLGuidanceCompiled:
         grammar, _ = validated(spec, self._unenforced)

@@ -70,6 +70,16 @@ class EngineDoesNotSupport(InvalidGrammarError):
     """This engine cannot take this kind of request at all (another engine may)."""
 
 
+def check(
+    spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+) -> tuple[Finding, ...]:
+    """Parse ``spec`` without a tokenizer; raise :class:`InvalidGrammarError` if invalid.
+
+    Routing's policy calls it (``LLGuidanceEngine.check`` is it).
+    """
+    return validated(spec, unenforced)[1]
+
+
 @small_specs_remembered
 def validated(spec: GrammarSpec, unenforced: UnenforcedPolicy) -> tuple[str, tuple[Finding, ...]]:
     """The grammar llguidance compiles for ``spec``, and what it leaves unenforced.

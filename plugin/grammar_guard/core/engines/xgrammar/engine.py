@@ -19,6 +19,7 @@ from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.fingerprint import engine_fingerprint
 from grammar_guard.core.engines.refusals import compile_failure, require_a_first_token
 from grammar_guard.core.engines.threads import calling_thread_only
+from grammar_guard.core.engines.xgrammar import rewrite as xgrammar_rewrite
 from grammar_guard.core.engines.xgrammar.rewrite import (
     GRAMMAR_REWRITES,
     native_reason,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
     from grammar_guard.core.engines.base import TokenMatcher
     from grammar_guard.core.request.spec import GrammarSpec
-    from grammar_guard.core.schema.findings import Finding
 
 
 @dataclass(frozen=True)
@@ -263,17 +263,7 @@ class XGrammarEngine:
             ) from exc
         return XGrammarCompiled(compiled, named)
 
-    @staticmethod
-    def check(
-        spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
-    ) -> tuple[Finding, ...]:
-        """Parse ``spec``; raise :class:`InvalidGrammarError` if it is invalid.
-
-        Also applies the unenforced-keyword policy: refuse raises
-        :class:`UnenforcedKeywordError`, warn returns the findings (empty
-        when xgrammar enforces the whole schema) for the caller to report.
-        """
-        return parse_enforced(spec, unenforced)[1]
+    check = staticmethod(xgrammar_rewrite.check)
 
     def compile(self, spec: GrammarSpec) -> XGrammarCompiled:
         grammar, _ = parse_enforced(spec, self._unenforced)

@@ -72,6 +72,19 @@ def choice_as_ebnf(choices: Sequence[str]) -> str:
     return "root ::= " + " | ".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
 
 
+def check(
+    spec: GrammarSpec, *, unenforced: UnenforcedPolicy = UnenforcedPolicy.REFUSE
+) -> tuple[Finding, ...]:
+    """Parse ``spec``; raise :class:`InvalidGrammarError` if it is invalid.
+
+    Also applies the unenforced-keyword policy: refuse raises
+    :class:`UnenforcedKeywordError`, warn returns the findings (empty when
+    xgrammar enforces the whole schema) for the caller to report. Needs no
+    tokenizer: routing's policy calls it (``XGrammarEngine.check`` is it).
+    """
+    return parse_enforced(spec, unenforced)[1]
+
+
 @small_specs_remembered
 def parse_enforced(
     spec: GrammarSpec, unenforced: UnenforcedPolicy
