@@ -6,14 +6,11 @@ take turns, one timed batch at a time. docs/benchmarks.md ("End-to-end decoding"
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import functools
-import os
-import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -39,8 +36,8 @@ SCHEMAS = (SCHEMA_A, TAGS_SCHEMA)
 # Both schemas are bounded: every constrained output ends well inside this.
 MAX_TOKENS = 64
 STEP_GOAL = 1.05
-# Default grammar-guard's throughput against the faster vLLM backend.
-QUIET_GOAL, BUSY_GOAL = 1.5, 1.1
+# grammar-guard's throughput against vLLM's backend decoding the same tokens.
+THROUGHPUT_GOAL = 1.5
 # Long enough for the slowest compile here on a loaded 2-core machine; a timed
 # batch must never wait for one.
 DRAIN_TIMEOUT_S = 600.0
@@ -54,6 +51,7 @@ COMPILE_TIMEOUT_S = "1800"
 
 NONE, XGRAMMAR, GUIDANCE = "none", "xgrammar", "guidance"
 GRAMMAR_GUARD, GRAMMAR_GUARD_XGRAMMAR = "grammar-guard", "grammar-guard-xgrammar"
+TokenIds = list[list[int]]  # per request of a batch
 
 
 # Per configuration: the vLLM structured-outputs backend and the settings its engine starts with.
@@ -72,12 +70,8 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, str]]] = {
 # The same engine behind both: their token ids must match, short of a kept-out
 # token the second sampled (vocabulary.py). The other pairs are only reported.
 CHECKED_PAIR = (GRAMMAR_GUARD_XGRAMMAR, XGRAMMAR)
-COMPARED_PAIRS = (
-    CHECKED_PAIR,
-    (GRAMMAR_GUARD, XGRAMMAR),
-    (GRAMMAR_GUARD, GUIDANCE),
-    (XGRAMMAR, GUIDANCE),
-)
+OTHER_PAIRS = ((GRAMMAR_GUARD, XGRAMMAR), (GRAMMAR_GUARD, GUIDANCE), (XGRAMMAR, GUIDANCE))
+COMPARED_PAIRS = (CHECKED_PAIR, *OTHER_PAIRS)
 
 
 @dataclass(frozen=True)
@@ -85,7 +79,6 @@ class Plan:
     configurations: tuple[str, ...]
     batches: tuple[int, ...]  # per-step comparison; the last is the throughput batch
     runs: int
-    busy_runs: int  # busy batches per engine, judged by their median
     env: tuple[tuple[str, str], ...] = ()  # more environment for every engine
 
     @property
@@ -93,11 +86,11 @@ class Plan:
         return self.batches[-1]
 
 
-FULL = Plan(tuple(CONFIGURATIONS), (1, 8, 32, 64), runs=3, busy_runs=7)
+FULL = Plan(tuple(CONFIGURATIONS), (1, 8, 32, 64), runs=3)
 # grammar-guard and one vLLM backend, the pair whose token ids must match, in
 # about two minutes: engine starts are most of it. Routed grammar-guard's own
 # smoke run is bench_head_of_line's.
-SMOKE = Plan((XGRAMMAR, GRAMMAR_GUARD_XGRAMMAR), (1, 8), runs=1, busy_runs=1)
+SMOKE = Plan((XGRAMMAR, GRAMMAR_GUARD_XGRAMMAR), (1, 8), runs=1)
 
 
 # --- worker: one engine in a fresh interpreter (harness.fresh), one batch per order ---
@@ -107,32 +100,35 @@ def engine(argument: dict[str, Any]) -> Iterator[Any]:
     from grammar_guard.demo.engine import start_engine
 
     configuration, batches = argument["configuration"], argument["batches"]
-    backend, _ = CONFIGURATIONS[configuration]
     llm = start_engine(
-        structured_outputs_config={"backend": backend, "disable_any_whitespace": True},
+        structured_outputs_config={
+            "backend": CONFIGURATIONS[configuration][0],
+            "disable_any_whitespace": True,
+        },
         max_num_seqs=max(batches),
     )
-    constrained = configuration != NONE
     lengths: dict[int, list[int]] = {}  # per batch size: the last constrained output lengths
-    for size in batches:
-        ids, _ = _generate(llm, _requests(size, constrained))  # warm-up: compiles, first steps
+
+    def decode(kind: str, size: int) -> tuple[TokenIds, float]:
+        if kind == "twin":
+            return _generate(llm, _twins(lengths[size]))
+        ids, seconds = _generate(llm, _requests(size, constrained=configuration != NONE))
         lengths[size] = [len(tokens) for tokens in ids]
+        return ids, seconds
+
+    for size in batches:
+        decode("batch", size)  # warm-up: compiles, first steps
     service = grammar_guard_service(llm)  # other backends have no background work
     if service is not None and not service.drain(DRAIN_TIMEOUT_S):
         raise RuntimeError(f"grammar-guard's background work did not end in {DRAIN_TIMEOUT_S} s")
     order = yield "ready"
     while True:
-        size = order["size"]
-        if order["kind"] == "twin":
-            ids, seconds = _generate(llm, _twins(lengths[size]))
-        else:
-            ids, seconds = _generate(llm, _requests(size, constrained))
-            lengths[size] = [len(tokens) for tokens in ids]
+        ids, seconds = decode(order["kind"], order["size"])
         order = yield {"seconds": seconds, "token_ids": ids}
 
 
-def _generate(llm: Any, batch: tuple[list[str], list[Any]]) -> tuple[list[list[int]], float]:
-    prompts, params = batch
+def _generate(llm: Any, params: list[Any]) -> tuple[TokenIds, float]:
+    prompts = [f"Request {i}: " for i in range(len(params))]
     started = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - started
@@ -143,83 +139,85 @@ def _generate(llm: Any, batch: tuple[list[str], list[Any]]) -> tuple[list[list[i
     return [list(output.outputs[0].token_ids) for output in outputs], seconds
 
 
-def _prompts(size: int) -> list[str]:
-    return [f"Request {i}: " for i in range(size)]
-
-
-def _requests(size: int, constrained: bool) -> tuple[list[str], list[Any]]:
+def _requests(size: int, constrained: bool) -> list[Any]:
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
     def constraint(i: int) -> Any:
         return StructuredOutputsParams(json=SCHEMAS[i % len(SCHEMAS)]) if constrained else None
 
-    sampling = {"max_tokens": MAX_TOKENS, "temperature": 1.0}
-    params = [
-        SamplingParams(**sampling, seed=i, structured_outputs=constraint(i)) for i in range(size)
+    return [
+        SamplingParams(
+            max_tokens=MAX_TOKENS, temperature=1.0, seed=i, structured_outputs=constraint(i)
+        )
+        for i in range(size)
     ]
-    return _prompts(size), params
 
 
-def _twins(lengths: list[int]) -> tuple[list[str], list[Any]]:
+def _twins(lengths: list[int]) -> list[Any]:
     """Unconstrained requests that decode exactly ``lengths[i]`` tokens each."""
     from vllm import SamplingParams
 
-    exact = [{"max_tokens": n, "min_tokens": n, "ignore_eos": True} for n in lengths]
-    params = [SamplingParams(**e, temperature=1.0, seed=i) for i, e in enumerate(exact)]
-    return _prompts(len(lengths)), params
+    return [
+        SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=1.0, seed=i)
+        for i, n in enumerate(lengths)
+    ]
 
 
-# --- parent: start the workers, take turns, report ---
+# --- parent: start the workers, take turns ---
 
 
-class Worker:
+class Worker(Fresh):
+    """One configuration's engine, ready once ``result()`` returns; ``run`` times one batch."""
+
     def __init__(self, configuration: str, plan: Plan) -> None:
         self.name = configuration
         # An engine decodes, and so warms up, only the batches it will be timed on.
         batches = [plan.throughput_batch] if configuration == NONE else plan.batches
         argument = {"configuration": configuration, "batches": list(batches)}
         env = {**dict(plan.env), **CONFIGURATIONS[configuration][1]}
-        self._fresh = Fresh("benchmarks.bench_end_to_end:engine", argument, env)
-
-    def wait_ready(self) -> None:
-        self._fresh.result()
+        super().__init__("benchmarks.bench_end_to_end:engine", argument, env)
 
     def run(self, kind: str, size: int) -> dict[str, Any]:
-        return dict(self._fresh.send({"kind": kind, "size": size}))
-
-    def close(self) -> None:
-        self._fresh.close()
+        return dict(self.send({"kind": kind, "size": size}))
 
 
 def start_workers(plan: Plan) -> list[Worker]:
     """Every configuration's engine, ready, at most ``STARTS_AT_ONCE`` starting at a time."""
-    waiting, starting, ready = list(plan.configurations), [], []
+    workers: list[Worker] = []
     try:
-        while waiting or starting:
-            while waiting and len(starting) < STARTS_AT_ONCE:
-                starting.append(Worker(waiting.pop(0), plan))
-            starting[0].wait_ready()
-            ready.append(starting.pop(0))
+        for configuration in plan.configurations:
+            if len(workers) >= STARTS_AT_ONCE:
+                workers[-STARTS_AT_ONCE].result()  # the longest starting
+            workers.append(Worker(configuration, plan))
+        for worker in workers[-STARTS_AT_ONCE:]:
+            worker.result()
     except BaseException:
-        for worker in ready + starting:
+        for worker in workers:
             worker.close()
         raise
-    return ready
+    return workers
 
 
 @dataclass
 class Runs:
-    """One configuration's timed batches of one size, summarised by ``statistic``."""
+    """One configuration's timed batches of one size; each figure is of the fastest batch."""
 
-    statistic: Callable[[list[float]], float] = min
     seconds: list[float] = field(default_factory=list)
     twin_seconds: list[float] = field(default_factory=list)
-    outputs: list[list[list[int]]] = field(default_factory=list)  # token ids per run
+    outputs: list[TokenIds] = field(default_factory=list)  # token ids per run
     twin_lengths_wrong: int = 0  # twins whose output length was not the one asked for
 
-    def batch_seconds(self) -> float:
-        return self.statistic(self.seconds)
+    def record(self, kind: str, result: dict[str, Any]) -> None:
+        if kind == "batch":
+            self.seconds.append(result["seconds"])
+            self.outputs.append(result["token_ids"])
+            return
+        self.twin_seconds.append(result["seconds"])
+        # A twin repeats the lengths of its engine's last constrained batch.
+        expected = [len(tokens) for tokens in self.outputs[-1]]
+        got = [len(tokens) for tokens in result["token_ids"]]
+        self.twin_lengths_wrong += sum(a != b for a, b in zip(expected, got, strict=True))
 
     def steps(self) -> int:
         """Engine steps of one batch: all requests start together, the longest ends it."""
@@ -228,36 +226,21 @@ class Runs:
     def tokens(self) -> int:
         return sum(len(tokens) for tokens in self.outputs[-1])
 
-    def stable(self) -> bool:
-        return all(output == self.outputs[0] for output in self.outputs)
+    def rate(self) -> float:
+        return self.tokens() / min(self.seconds)
 
     def ms_per_step(self) -> tuple[float, float]:
-        """The constrained and the twin batches' summary, per engine step."""
-        steps = self.steps()
-        return (
-            self.statistic(self.seconds) / steps * 1e3,
-            self.statistic(self.twin_seconds) / steps * 1e3,
-        )
+        """The constrained and the twin batches' best, per engine step."""
+        return min(self.seconds) / self.steps() * 1e3, min(self.twin_seconds) / self.steps() * 1e3
 
     def step_ratio(self) -> float:
-        constrained, twin = self.ms_per_step()
-        return constrained / twin
+        return min(self.seconds) / min(self.twin_seconds)
 
 
 Results = dict[tuple[str, int], Runs]
 
 
-@dataclass(frozen=True)
-class Measured:
-    quiet: Results
-    busy: Results  # the throughput batch only, with every core also spinning
-
-
-def measure(workers: list[Worker], plan: Plan) -> Measured:
-    return Measured(_measure_quiet(workers, plan), _measure_busy(workers, plan))
-
-
-def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
+def measure(workers: list[Worker], plan: Plan) -> Results:
     results: Results = {}
     for turn in range(plan.runs):
         for size in plan.batches:
@@ -266,64 +249,11 @@ def _measure_quiet(workers: list[Worker], plan: Plan) -> Results:
                 if worker.name == NONE and size != plan.throughput_batch:
                     continue  # unconstrained requests are timed for throughput only
                 runs = results.setdefault((worker.name, size), Runs())
-                if worker.name == NONE:
-                    _record(runs, worker.run("batch", size))
-                    continue
-                _record_with_twin(runs, worker, size, turn)
+                # In odd turns the twin goes first, so neither always follows the other.
+                kinds = ("batch", "twin") if turn % 2 == 0 else ("twin", "batch")
+                for kind in ("batch",) if worker.name == NONE else kinds:
+                    runs.record(kind, worker.run(kind, size))
     return results
-
-
-def _record_with_twin(runs: Runs, worker: Worker, size: int, turn: int) -> None:
-    # The twin repeats the lengths of the engine's last constrained batch; in
-    # odd turns it goes first, so neither always follows the other.
-    if turn % 2 == 0:
-        _record(runs, worker.run("batch", size))
-        _record_twin(runs, worker.run("twin", size))
-    else:
-        _record_twin(runs, worker.run("twin", size))
-        _record(runs, worker.run("batch", size))
-
-
-def _measure_busy(workers: list[Worker], plan: Plan) -> Results:
-    results: Results = {}
-    size = plan.throughput_batch
-    with spinning(os.cpu_count() or 1):
-        for turn in range(plan.busy_runs):
-            print(
-                f"busy turn {turn + 1}/{plan.busy_runs}, batch {size}", file=sys.stderr, flush=True
-            )
-            for worker in workers if turn % 2 == 0 else workers[::-1]:
-                runs = results.setdefault((worker.name, size), Runs(statistics.median))
-                # vLLM's backends also decode their twins: the busy ceiling is theirs.
-                if worker.name in (XGRAMMAR, GUIDANCE):
-                    _record_with_twin(runs, worker, size, turn)
-                else:
-                    _record(runs, worker.run("batch", size))
-    return results
-
-
-@contextlib.contextmanager
-def spinning(count: int) -> Iterator[None]:
-    """``count`` processes that keep a core each busy, at the engines' priority, until exit."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
-
-
-def _record(runs: Runs, result: dict[str, Any]) -> None:
-    runs.seconds.append(result["seconds"])
-    runs.outputs.append(result["token_ids"])
-
-
-def _record_twin(runs: Runs, result: dict[str, Any]) -> None:
-    runs.twin_seconds.append(result["seconds"])
-    expected = [len(tokens) for tokens in runs.outputs[-1]] if runs.outputs else []
-    got = [len(tokens) for tokens in result["token_ids"]]
-    runs.twin_lengths_wrong += sum(a != b for a, b in zip(expected, got, strict=True))
 
 
 # --- token ids ---
@@ -340,9 +270,10 @@ class Agreement:
         return self.total - self.identical - self.explained
 
 
-def agreement(
-    ours: list[list[int]], theirs: list[list[int]], kept_out: frozenset[int] | None
-) -> Agreement:
+Agreements = dict[tuple[str, str, int], Agreement]
+
+
+def agreement(ours: TokenIds, theirs: TokenIds, kept_out: frozenset[int] | None) -> Agreement:
     identical = explained = 0
     for a, b in zip(ours, theirs, strict=True):
         if a == b:
@@ -360,15 +291,28 @@ def kept_out_tokens() -> frozenset[int]:
     return kept_out_of_strings(tokenizer, len(tokenizer))
 
 
+def compare(plan: Plan, results: Results) -> tuple[Agreements, list[str]]:
+    """Each pair's agreement per batch size, and where the checked pair's must not differ."""
+    agreements: Agreements = {}
+    failures: list[str] = []
+    for ours, theirs in COMPARED_PAIRS:
+        if ours not in plan.configurations or theirs not in plan.configurations:
+            continue
+        checked = (ours, theirs) == CHECKED_PAIR
+        for batch in plan.batches:
+            a, b = results[(ours, batch)].outputs[-1], results[(theirs, batch)].outputs[-1]
+            # The kept-out tokens cost seconds: looked up only where the checked pair diverges.
+            found = agreement(a, b, kept_out_tokens() if checked and a != b else None)
+            agreements[(ours, theirs, batch)] = found
+            if checked and found.unexplained:
+                failures.append(
+                    f"batch {batch}: {found.unexplained} requests of {ours} and {theirs} "
+                    "diverge where both grammars should allow the same tokens"
+                )
+    return agreements, failures
+
+
 # --- report ---
-
-
-def _constrained(plan: Plan) -> list[str]:
-    return [name for name in plan.configurations if name != NONE]
-
-
-def _rate(runs: Runs) -> float:
-    return runs.tokens() / runs.batch_seconds()
 
 
 @dataclass
@@ -377,227 +321,174 @@ class Report:
     failures: list[str]
 
 
-def report(plan: Plan, measured: Measured) -> Report:
-    results = measured.quiet
-    size = plan.throughput_batch
-    agreements: dict[tuple[str, str, int], Agreement] = {}
-    failures: list[str] = []
-    kept_out: frozenset[int] | None = None
-    for ours, theirs in COMPARED_PAIRS:
-        if ours not in plan.configurations or theirs not in plan.configurations:
-            continue
-        for batch in plan.batches:
-            a, b = results[(ours, batch)].outputs[-1], results[(theirs, batch)].outputs[-1]
-            if (ours, theirs) == CHECKED_PAIR and a != b and kept_out is None:
-                kept_out = kept_out_tokens()  # costs seconds: only when there is a divergence
-            checked = kept_out if (ours, theirs) == CHECKED_PAIR else None
-            found = agreements[(ours, theirs, batch)] = agreement(a, b, checked)
-            if (ours, theirs) == CHECKED_PAIR and found.unexplained:
-                failures.append(
-                    f"batch {batch}: {found.unexplained} requests of {ours} and {theirs} "
-                    "diverge where both grammars should allow the same tokens"
-                )
-    lines = [
-        f"Tiny model, batches of requests alternating schemas A and B (compact JSON, seed = "
-        f"request index, max_tokens={MAX_TOKENS}), best of {plan.runs} batch(es) per quiet "
-        f"cell, median of {plan.busy_runs} per busy one, engines taking turns "
-        f"({date.today().isoformat()})"
-        + "".join(f", {name}={value}" for name, value in plan.env)
-        + ".",
-        "",
-        *_throughput_table(plan, results, agreements, f", best of {plan.runs} batches"),
-        "",
-        _ceiling_line(plan, results, ""),
-        "",
-        *_throughput_table(
-            plan,
-            measured.busy,
-            agreements,
-            f" with every core busy ({_spinners()}), median of {plan.busy_runs} batches",
-        ),
-        "",
-        _ceiling_line(plan, measured.busy, " with every core busy"),
-        "",
-        f"Per-step time, each constrained batch against its unconstrained twin (same prompts "
-        f"and seeds, the same output length per request, ignore_eos); goal: at most "
-        f"{STEP_GOAL:.2f}x:",
-        "",
-        *_step_table(plan, results),
-        "",
-        f"Token ids, per batch size (all {size} requests of the largest batch, and so on):",
-        "",
-        *_token_table(plan, agreements),
-        "",
-        *_goal_lines(plan, measured),
-    ]
+def report(plan: Plan, results: Results) -> Report:
+    agreements, failures = compare(plan, results)
+    tables = Tables(plan, results, agreements)
     unstable = [
-        f"{name} at batch {batch}{where}"
-        for where, runs_of in (("", results), (" (busy)", measured.busy))
-        for (name, batch), runs in runs_of.items()
-        if not runs.stable() or runs.outputs[0] != results[(name, batch)].outputs[0]
+        f"{name} at batch {batch}"
+        for (name, batch), runs in results.items()
+        if any(output != runs.outputs[0] for output in runs.outputs)
     ]
-    if unstable:
-        lines += ["", f"Outputs changed from one run to the next: {', '.join(unstable)}."]
-    return Report("\n".join(lines) + "\n", failures)
+    changed = f"\nOutputs changed from one run to the next: {', '.join(unstable)}.\n"
+    return Report(tables.text() + (changed if unstable else ""), failures)
 
 
-def _spinners() -> str:
-    return f"{os.cpu_count() or 1} spinning processes, one per core"
+@dataclass
+class Tables:
+    plan: Plan
+    results: Results
+    agreements: Agreements
 
+    def runs(self, name: str, size: int | None = None) -> Runs:
+        """``name``'s batches of ``size``, by default of the throughput batch."""
+        return self.results[(name, size or self.plan.throughput_batch)]
 
-def _baseline(plan: Plan, results: Results) -> str:
-    """The faster of vLLM's backends at the throughput batch."""
-    vllm = [name for name in (XGRAMMAR, GUIDANCE) if name in plan.configurations]
-    return max(vllm, key=lambda name: _rate(results[(name, plan.throughput_batch)]))
+    @functools.cached_property
+    def baseline(self) -> str:
+        """The faster of vLLM's backends at the throughput batch."""
+        vllm = [name for name in (XGRAMMAR, GUIDANCE) if name in self.plan.configurations]
+        return max(vllm, key=lambda name: self.runs(name).rate())
 
+    @property
+    def constrained(self) -> list[str]:
+        return [name for name in self.plan.configurations if name != NONE]
 
-def _speedup(plan: Plan, results: Results, name: str) -> float:
-    size = plan.throughput_batch
-    return _rate(results[(name, size)]) / _rate(results[(_baseline(plan, results), size)])
-
-
-def _ceiling(plan: Plan, results: Results) -> tuple[str, float]:
-    """The faster vLLM backend, and how much faster its twin decodes its own outputs."""
-    baseline = _baseline(plan, results)
-    return baseline, results[(baseline, plan.throughput_batch)].step_ratio()
-
-
-def _ceiling_line(plan: Plan, results: Results, where: str) -> str:
-    baseline, ceiling = _ceiling(plan, results)
-    return (
-        f"Ceiling{where}: {baseline}'s own outputs decoded with no grammar at all (its twin) "
-        f"run at {ceiling:.2f}x its constrained rate; no backend producing those tokens can "
-        "go faster than that."
-    )
-
-
-def _throughput_table(
-    plan: Plan,
-    results: Results,
-    agreements: dict[tuple[str, str, int], Agreement],
-    condition: str,
-) -> list[str]:
-    size = plan.throughput_batch
-    baseline = _baseline(plan, results)
-    lines = [
-        f"Throughput at batch {size}{condition}, against the faster vLLM backend ({baseline}):",
-        "",
-        f"| backend | output tokens | batch (s) | tokens/s | vs {baseline} "
-        f"| token ids vs {baseline} |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for name in plan.configurations:
-        runs = results[(name, size)]
-        if name == NONE:
-            ratio, same = "-", "unconstrained: other outputs"
-        else:
-            ratio = f"{_speedup(plan, results, name):.2f}x"
-            same = _same_tokens(name, baseline, size, results, agreements)
-        lines.append(
-            f"| {name} | {runs.tokens()} | {runs.batch_seconds():.2f} | {_rate(runs):.1f} "
-            f"| {ratio} | {same} |"
-        )
-    return lines
-
-
-def _same_tokens(
-    name: str,
-    baseline: str,
-    size: int,
-    results: Results,
-    agreements: dict[tuple[str, str, int], Agreement],
-) -> str:
-    if name == baseline:
-        return "-"
-    found = agreements.get((name, baseline, size)) or agreements.get((baseline, name, size))
-    if found is None:
-        same = results[(name, size)].outputs[-1] == results[(baseline, size)].outputs[-1]
-        return "identical" if same else "different: not the same work"
-    if found.identical == found.total:
-        return "identical"
-    kept_out = f", {found.explained} at a kept-out token" if found.explained else ""
-    differ = found.total - found.identical
-    return f"{differ} of {found.total} requests differ{kept_out}: not the same work"
-
-
-def _step_table(plan: Plan, results: Results) -> list[str]:
-    lines = [
-        "| backend | batch | steps | constrained (ms/step) | twin (ms/step) | constrained / twin |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for name in _constrained(plan):
-        for size in plan.batches:
-            runs = results[(name, size)]
-            ours, twin = runs.ms_per_step()
-            wrong = runs.twin_lengths_wrong
-            flag = f" (twin lengths wrong in {wrong})" if wrong else ""
-            lines.append(
-                f"| {name} | {size} | {runs.steps()} | {ours:.1f} | {twin:.1f} "
-                f"| {runs.step_ratio():.3f}x{flag} |"
-            )
-    return lines
-
-
-def _token_table(plan: Plan, agreements: dict[tuple[str, str, int], Agreement]) -> list[str]:
-    lines = ["| pair | " + " | ".join(f"batch {b}" for b in plan.batches) + " |"]
-    lines.append("|---|" + "---:|" * len(plan.batches))
-    pairs = dict.fromkeys((ours, theirs) for ours, theirs, _ in agreements)
-    for ours, theirs in pairs:
-        cells = []
-        for batch in plan.batches:
-            found = agreements[(ours, theirs, batch)]
-            cell = f"{found.identical}/{found.total} identical"
-            if found.explained:
-                cell += f", {found.explained} at a kept-out token"
-            if (ours, theirs) == CHECKED_PAIR and found.unexplained:
-                cell += f", **{found.unexplained} unexplained**"
-            cells.append(cell)
-        lines.append(f"| {ours} vs {theirs} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _goal_lines(plan: Plan, measured: Measured) -> list[str]:
-    lines = []
-    ours, theirs = CHECKED_PAIR
-    if ours in plan.configurations and theirs in plan.configurations:
-        lines += [
-            f"Goal, throughput on equal work: {ours} against {theirs}, which decode the same "
-            "tokens (default grammar-guard's differ from both vLLM backends', so its rate is of "
-            "other work and judges nothing):",
+    def text(self) -> str:
+        plan, baseline = self.plan, self.baseline
+        lines = [
+            f"Tiny model, batches of requests alternating schemas A and B (compact JSON, seed = "
+            f"request index, max_tokens={MAX_TOKENS}), best of {plan.runs} batch(es) per cell, "
+            f"engines taking turns ({date.today().isoformat()})"
+            + "".join(f", {name}={value}" for name, value in plan.env)
+            + ".",
             "",
+            f"Throughput at batch {plan.throughput_batch}, best of {plan.runs} batches, against "
+            f"the faster vLLM backend ({baseline}):",
+            "",
+            *self.throughput_table(),
+            "",
+            f"Ceiling: {baseline}'s own outputs decoded with no grammar at all (its twin) run at "
+            f"{self.runs(baseline).step_ratio():.2f}x its constrained rate; no backend producing "
+            "those tokens can go faster than that.",
+            "",
+            f"Per-step time, each constrained batch against its unconstrained twin (same prompts "
+            f"and seeds, the same output length per request, ignore_eos); goal: at most "
+            f"{STEP_GOAL:.2f}x:",
+            "",
+            *self.step_table(),
+            "",
+            f"Token ids, per batch size (all {plan.throughput_batch} requests of the largest "
+            "batch, and so on):",
+            "",
+            *self.token_table(),
+            "",
+            *self.goal_lines(),
         ]
-        for condition, results, goal in (
-            ("quiet", measured.quiet, QUIET_GOAL),
-            ("busy", measured.busy, BUSY_GOAL),
-        ):
-            size = plan.throughput_batch
-            a, b = results[(ours, size)].outputs[-1], results[(theirs, size)].outputs[-1]
-            same = agreement(a, b, kept_out_tokens() if a != b else None)
-            speedup = _rate(results[(ours, size)]) / _rate(results[(theirs, size)])
-            ceiling = results[(theirs, size)].step_ratio()
-            lines.append(throughput_verdict(condition, speedup, goal, ceiling, same))
-        lines.append("")
-    lines += [f"Goal, per-step time within {STEP_GOAL:.2f}x of the twin:", ""]
-    for name in _constrained(plan):
-        ratios = {size: measured.quiet[(name, size)].step_ratio() for size in plan.batches}
-        lines.append(f"- {name}: {step_verdict(ratios)}")
-    return lines
+        return "\n".join(lines) + "\n"
+
+    def throughput_table(self) -> list[str]:
+        baseline = self.baseline
+        lines = [
+            f"| backend | output tokens | batch (s) | tokens/s | vs {baseline} "
+            f"| token ids vs {baseline} |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for name in self.plan.configurations:
+            runs = self.runs(name)
+            if name == NONE:
+                ratio, same = "-", "unconstrained: other outputs"
+            else:
+                ratio, same = f"{runs.rate() / self.runs(baseline).rate():.2f}x", self.same(name)
+            lines.append(
+                f"| {name} | {runs.tokens()} | {min(runs.seconds):.2f} | {runs.rate():.1f} "
+                f"| {ratio} | {same} |"
+            )
+        return lines
+
+    def same(self, name: str) -> str:
+        """Whether ``name``'s token ids at the throughput batch are the baseline's."""
+        baseline, size = self.baseline, self.plan.throughput_batch
+        if name == baseline:
+            return "-"
+        found = self.agreements.get((name, baseline, size))
+        found = found or self.agreements.get((baseline, name, size))
+        if found is None:  # a pair not compared
+            same = self.runs(name).outputs[-1] == self.runs(baseline).outputs[-1]
+            return "identical" if same else "different: not the same work"
+        if found.identical == found.total:
+            return "identical"
+        kept_out = f", {found.explained} at a kept-out token" if found.explained else ""
+        differ = found.total - found.identical
+        return f"{differ} of {found.total} requests differ{kept_out}: not the same work"
+
+    def step_table(self) -> list[str]:
+        lines = [
+            "| backend | batch | steps | constrained (ms/step) | twin (ms/step) "
+            "| constrained / twin |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name in self.constrained:
+            for size in self.plan.batches:
+                runs = self.runs(name, size)
+                ours, twin = runs.ms_per_step()
+                wrong = runs.twin_lengths_wrong
+                flag = f" (twin lengths wrong in {wrong})" if wrong else ""
+                lines.append(
+                    f"| {name} | {size} | {runs.steps()} | {ours:.1f} | {twin:.1f} "
+                    f"| {runs.step_ratio():.3f}x{flag} |"
+                )
+        return lines
+
+    def token_table(self) -> list[str]:
+        batches = self.plan.batches
+        lines = ["| pair | " + " | ".join(f"batch {b}" for b in batches) + " |"]
+        lines.append("|---|" + "---:|" * len(batches))
+        for ours, theirs in dict.fromkeys((ours, theirs) for ours, theirs, _ in self.agreements):
+            cells = []
+            for batch in batches:
+                found = self.agreements[(ours, theirs, batch)]
+                cell = f"{found.identical}/{found.total} identical"
+                if found.explained:
+                    cell += f", {found.explained} at a kept-out token"
+                if (ours, theirs) == CHECKED_PAIR and found.unexplained:
+                    cell += f", **{found.unexplained} unexplained**"
+                cells.append(cell)
+            lines.append(f"| {ours} vs {theirs} | " + " | ".join(cells) + " |")
+        return lines
+
+    def goal_lines(self) -> list[str]:
+        lines = []
+        ours, theirs = CHECKED_PAIR
+        same = self.agreements.get((ours, theirs, self.plan.throughput_batch))
+        if same is not None:
+            speedup = self.runs(ours).rate() / self.runs(theirs).rate()
+            lines += [
+                f"Goal, throughput on equal work: {ours} against {theirs}, which decode the same "
+                "tokens (default grammar-guard's differ from both vLLM backends', so its rate is "
+                "of other work and judges nothing):",
+                "",
+                throughput_verdict(speedup, self.runs(theirs).step_ratio(), same),
+                "",
+            ]
+        lines += [f"Goal, per-step time within {STEP_GOAL:.2f}x of the twin:", ""]
+        for name in self.constrained:
+            ratios = {size: self.runs(name, size).step_ratio() for size in self.plan.batches}
+            lines.append(f"- {name}: {step_verdict(ratios)}")
+        return lines
 
 
-def throughput_verdict(
-    condition: str, speedup: float, goal: float, ceiling: float, same: Agreement
-) -> str:
+def throughput_verdict(speedup: float, ceiling: float, same: Agreement) -> str:
     """Judged only on equal work: requests that differ short of a kept-out token void it."""
     if same.unexplained:
         return (
-            f"- {condition}: not judged, {same.unexplained} of {same.total} requests differ: "
+            f"- quiet: not judged, {same.unexplained} of {same.total} requests differ: "
             "not the same work"
         )
     kept_out = f" ({same.explained} requests differ at a kept-out token)" if same.explained else ""
-    line = f"- {condition}: {speedup:.2f}x{kept_out}, goal at least {goal:.1f}x: "
-    if speedup >= goal:
+    line = f"- quiet: {speedup:.2f}x{kept_out}, goal at least {THROUGHPUT_GOAL:.1f}x: "
+    if speedup >= THROUGHPUT_GOAL:
         return line + "met"
-    if ceiling < goal:
+    if ceiling < THROUGHPUT_GOAL:
         return line + (
             f"not met, and beyond the ceiling ({ceiling:.2f}x): no backend producing "
             "these tokens can reach it on this machine"
@@ -623,27 +514,20 @@ def step_verdict(ratios: dict[int, float]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = cli.parser(__doc__)
     parser.add_argument("--runs", type=int, help=f"timed batches per cell (default {FULL.runs})")
-    parser.add_argument("--busy-runs", type=int, help=f"default {FULL.busy_runs}")
     parser.add_argument("--smoke", action="store_true", help="2 engines, batches 1 and 8, 1 run")
     parser.add_argument("--env", nargs="+", default=[], type=cli.env_pair, metavar="NAME=VALUE")
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL
-    plan = Plan(
-        plan.configurations,
-        plan.batches,
-        args.runs or plan.runs,
-        args.busy_runs or plan.busy_runs,
-        tuple(args.env),
-    )
+    plan = dataclasses.replace(plan, runs=args.runs or plan.runs, env=tuple(args.env))
     started = time.perf_counter()
     workers = start_workers(plan)
     print(f"engines ready in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     try:
-        measured = measure(workers, plan)
+        results = measure(workers, plan)
     finally:
         for worker in workers:
             worker.close()
-    done = report(plan, measured)
+    done = report(plan, results)
     cli.publish(done.text, args.markdown)
     print(f"{time.perf_counter() - started:.0f} s in all", file=sys.stderr)
     if done.failures:
