@@ -151,7 +151,7 @@ def discover(data_dir: Path, selection: Selection) -> list[CaseRef]:
 
 
 def load_case(data_dir: Path, ref: CaseRef) -> Case:
-    text = _file_text(data_dir, ref)
+    text = (suite_folder(data_dir, ref.suite) / ref.file).read_text(encoding="utf-8")
     plain = _groups(ref.suite, json.loads(text))[ref.index]
     literal = json.loads(text, parse_int=NumberLiteral, parse_float=NumberLiteral)
     tests = _groups(ref.suite, literal)[ref.index]["tests"]
@@ -160,15 +160,6 @@ def load_case(data_dir: Path, ref: CaseRef) -> Case:
         for test in tests
     )
     return Case(plain["schema"], instances)
-
-
-def load_schema(data_dir: Path, ref: CaseRef) -> Any:
-    """The schema of ``ref`` alone, as a server would parse it."""
-    return _groups(ref.suite, json.loads(_file_text(data_dir, ref)))[ref.index]["schema"]
-
-
-def _file_text(data_dir: Path, ref: CaseRef) -> str:
-    return (suite_folder(data_dir, ref.suite) / ref.file).read_text(encoding="utf-8")
 
 
 def is_valid(test: dict[str, Any]) -> bool:

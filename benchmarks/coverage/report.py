@@ -20,12 +20,7 @@ SUMMARY_FILE = "summary.md"
 REFUSAL_MARK = "⟪"
 
 
-def build_report(
-    results: Sequence[SchemaResult],
-    run: dict[str, Any],
-    keywords: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``keywords``: ``rewrite_effect.tally_keywords`` of the headline suites' schemas."""
+def build_report(results: Sequence[SchemaResult], run: dict[str, Any]) -> dict[str, Any]:
     present = {result.ref.suite for result in results}
     suites = [suite for suite in SUITES if suite in present]
     headline = headline_suites(suites)
@@ -44,7 +39,6 @@ def build_report(
                 sorted(results, key=_category_key), key=_category_key
             )
         ],
-        "rewrite_keywords": keywords,
         "wrong": [
             _wrong_entry(result, path, wrong)
             for result in results
@@ -96,7 +90,6 @@ def render_tables(report: dict[str, Any]) -> str:
         "## Refusals by reason (schemas; timeouts are in the tables' own column)",
         "",
         *_reasons_table(report),
-        *_keyword_section(report, "## "),
     ]
     for path in PATHS:
         rows = [(f"**{suite}**", tallies[path]) for suite, tallies in report["suites"].items()]
@@ -110,7 +103,7 @@ def render_tables(report: dict[str, Any]) -> str:
 
 def render_overview(report: dict[str, Any]) -> str:
     """docs/benchmarks.md's part: the run line, the overall table and the routed engine
-    split, the figures per collection and the refusals per keyword."""
+    split, and the figures per collection."""
     overall = report["overall"]
     lines = [
         _run_line(report["run"]),
@@ -123,7 +116,6 @@ def render_overview(report: dict[str, Any]) -> str:
         "Per collection:",
         "",
         *_collections_table(report),
-        *_keyword_section(report, "**", "**"),
     ]
     return "\n".join(lines) + "\n"
 
@@ -263,37 +255,6 @@ def _collections_table(report: dict[str, Any]) -> list[str]:
             for stats in (report["suites"][suite][path] for suite in suites)
         ]
         lines.append(f"| {path} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _keyword_section(report: dict[str, Any], before: str, after: str = "") -> list[str]:
-    """The refusals per keyword without and with the schema rewrite, under a title."""
-    keywords = report.get("rewrite_keywords")
-    if not keywords:
-        return []
-    counted = ", ".join(report["overall_suites"])
-    rows = [(row["keyword"], row) for row in keywords["keywords"][: keywords["shown"]]]
-    if keywords["other"] is not None:
-        rows.append(("other", keywords["other"]))
-    rows.append(("**any (schemas refused)**", keywords["total"]))
-    lines = [
-        "",
-        f"{before}Refusals by keyword, without and with the schema rewrite{after}",
-        "",
-        f"The plugin's routing check alone (no compile) of the {keywords['schemas']} schemas of "
-        f"{counted}, with its schema rewrite turned off and on: schemas refused naming each "
-        "keyword (or why, when the refusal names none), and their valid instances. A schema "
-        "refused for several keywords counts in each one's row, once in the last rows.",
-        "",
-        "| keyword | refused without | refused with | valid instances without "
-        "| valid instances with |",
-        "|---" + "|---:" * 4 + "|",
-    ]
-    lines += [
-        f"| {name} | {row['without']} | {row['with']} | {row['valid_without']} "
-        f"| {row['valid_with']} |"
-        for name, row in rows
-    ]
     return lines
 
 
