@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.coverage.cases import Selection, discover, sample_data_dir
-from benchmarks.coverage.pool import Limits, Progress, WorkerPool
+from benchmarks.coverage.pool import (
+    PLUGIN_SETTINGS_PREFIX,
+    Limits,
+    Progress,
+    WorkerPool,
+    WorkerSettings,
+)
 from benchmarks.coverage.report import (
     REPORT_FILE,
     SUMMARY_FILE,
@@ -20,7 +26,6 @@ from benchmarks.coverage.report import (
     write_report,
 )
 from benchmarks.coverage.results import SchemaResult
-from benchmarks.coverage.worker import PLUGIN_SETTINGS_PREFIX, WorkerSettings
 
 # Long enough for all but the schemas with several long bounded strings
 # compiled without a cache, short enough for a default run of about half an

@@ -30,7 +30,6 @@ from benchmarks.coverage.cases import (
     load_case,
     suite_folder,
 )
-from benchmarks.coverage.key_order import SchemaNavigator
 from benchmarks.coverage.report import build_report, render_overview
 from benchmarks.coverage.results import (
     COMPILED,
@@ -180,11 +179,11 @@ def _write(grammar: _Grammar, text: str) -> Written:
         lambda piece: [ord(character) for character in piece],
         STOP,
         Layout(whitespace=False),
-        SchemaNavigator({}),
+        {},
         np.zeros((1, 4), dtype=np.int32),
         integer_forms=False,
     )
-    return writer.write(RawText(text), {})
+    return writer.write(RawText(text))
 
 
 def test_a_text_instance_is_fed_exactly_as_written() -> None:
