@@ -35,40 +35,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "Compile every schema through grammar-guard's and vLLM's paths; feed each instance.",
         prog="python -m benchmarks.coverage",
     )
-    parser.add_argument(
-        "--suite",
-        choices=list(_SUITE_CHOICES),
-        default="all",
-        help="both: the shared collections; all (default): with grammar-guard's own cases",
-    )
-    parser.add_argument(
-        "--categories", default="", help="comma-separated categories; shell patterns allowed"
-    )
-    parser.add_argument(
-        "--files", default="", help="comma-separated file names (or suite-relative paths)"
-    )
-    parser.add_argument("--limit", type=int, help="the first N schemas of each category")
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help="seconds a path may spend on one schema's compile (default %(default)g)",
-    )
-    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
-    parser.add_argument(
-        "--whitespace",
-        action="store_true",
-        help="allow whitespace in JSON (default: compact, vLLM's disable_any_whitespace)",
-    )
-    parser.add_argument("--out", type=Path, default=Path("build/coverage"))
-    parser.add_argument(
-        "--data",
-        type=Path,
-        metavar="DIR",
-        help="the folder holding both full collections (json-schema-test-suite/, "
-        "jsonschemabench/); default: the repository's sample in data/, said so on stderr. "
-        "grammar-guard's own cases are read from the repository's data/ either way",
-    )
+    add = parser.add_argument
+    add("--suite", choices=list(_SUITE_CHOICES), default="all", help="docs/coverage.md")
+    add("--categories", default="", help="comma-separated categories; shell patterns allowed")
+    add("--files", default="", help="comma-separated file names (or suite-relative paths)")
+    add("--limit", type=int, help="the first N schemas of each category")
+    add("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per schema's compile")
+    add("--workers", type=int, default=DEFAULT_WORKERS)
+    add("--whitespace", action="store_true", help="JSON with whitespace (default: compact)")
+    add("--out", type=Path, default=Path("build/coverage"))
+    add("--data", type=Path, metavar="DIR", help="the full collections (default: data/'s sample)")
     return parser.parse_args(argv)
 
 

@@ -40,7 +40,6 @@ _TRAILING_NUMBER = re.compile(r"_\d+$")
 # and a sample of jsonschemabench (data/README.md, scripts/sample_test_data.py).
 SAMPLE_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 SAMPLE_MANIFEST = "sample.json"
-FULL_DATA_HINT = "--data DIR"
 
 
 def headline_suites(suites: Iterable[str]) -> tuple[str, ...]:
@@ -48,8 +47,7 @@ def headline_suites(suites: Iterable[str]) -> tuple[str, ...]:
 
     All of ``suites`` when none is shared (a run of the project's cases alone).
     """
-    given = set(suites)
-    present = [suite for suite in SUITES if suite in given]
+    present = [suite for suite in SUITES if suite in set(suites)]
     return tuple(suite for suite in present if suite in SHARED_SUITES) or tuple(present)
 
 
@@ -58,23 +56,20 @@ def sample_data_dir() -> Path:
     return SAMPLE_DATA_DIR
 
 
-def sample_notice(data_dir: Path = SAMPLE_DATA_DIR) -> str:
-    """The line a benchmark prints when no ``--data`` was given and it runs on the sample."""
-    sampled = sum(1 for _ in suite_folder(data_dir, JSONSCHEMABENCH).glob("*.json"))
-    manifest = json.loads((data_dir / SAMPLE_MANIFEST).read_text(encoding="utf-8"))
-    full = int(manifest[JSONSCHEMABENCH]["files"])
-    return (
-        f"no --data given: running on the repository's sample in data/ ({sampled:,} "
-        f"jsonschemabench schemas of {full:,}, the whole JSON-Schema-Test-Suite draft 2020-12); "
-        f"the figures in docs/benchmarks.md are from the full collections: {FULL_DATA_HINT}"
-    )
-
-
 def data_dir_or_sample(given: Path | None) -> Path:
     """``given`` (the full collections), or the repository's sample, said so on stderr."""
     if given is not None:
         return given
-    print(sample_notice(), file=sys.stderr, flush=True)
+    sampled = sum(1 for _ in suite_folder(SAMPLE_DATA_DIR, JSONSCHEMABENCH).glob("*.json"))
+    manifest = json.loads((SAMPLE_DATA_DIR / SAMPLE_MANIFEST).read_text(encoding="utf-8"))
+    full = int(manifest[JSONSCHEMABENCH]["files"])
+    print(
+        f"no --data given: running on the repository's sample in data/ ({sampled:,} "
+        f"jsonschemabench schemas of {full:,}, the whole JSON-Schema-Test-Suite draft 2020-12); "
+        "the figures in docs/benchmarks.md are from the full collections: --data DIR",
+        file=sys.stderr,
+        flush=True,
+    )
     return SAMPLE_DATA_DIR
 
 
@@ -151,7 +146,7 @@ def discover(data_dir: Path, selection: Selection) -> list[CaseRef]:
 
 
 def load_case(data_dir: Path, ref: CaseRef) -> Case:
-    text = _file_text(data_dir, ref)
+    text = (suite_folder(data_dir, ref.suite) / ref.file).read_text(encoding="utf-8")
     plain = _groups(ref.suite, json.loads(text))[ref.index]
     literal = json.loads(text, parse_int=NumberLiteral, parse_float=NumberLiteral)
     tests = _groups(ref.suite, literal)[ref.index]["tests"]
@@ -160,15 +155,6 @@ def load_case(data_dir: Path, ref: CaseRef) -> Case:
         for test in tests
     )
     return Case(plain["schema"], instances)
-
-
-def load_schema(data_dir: Path, ref: CaseRef) -> Any:
-    """The schema of ``ref`` alone, as a server would parse it."""
-    return _groups(ref.suite, json.loads(_file_text(data_dir, ref)))[ref.index]["schema"]
-
-
-def _file_text(data_dir: Path, ref: CaseRef) -> str:
-    return (suite_folder(data_dir, ref.suite) / ref.file).read_text(encoding="utf-8")
 
 
 def is_valid(test: dict[str, Any]) -> bool:

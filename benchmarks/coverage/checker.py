@@ -6,24 +6,21 @@ carry state (guidance's ``terminated`` flag, llguidance's error state, a plugin 
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from benchmarks.coverage.cases import Case, Instance, NumberLiteral, RawText
-from benchmarks.coverage.key_order import SchemaNavigator
+from benchmarks.coverage.cases import Case, NumberLiteral, RawText
 from benchmarks.coverage.masks import time_fills
 from benchmarks.coverage.paths import CompilePath, Refused, build_paths
 from benchmarks.coverage.results import COMPILED, PathResult, WrongResult
-from benchmarks.coverage.writer import Grammar, InstanceWriter, Layout, Written
+from benchmarks.coverage.writer import InstanceWriter, Layout, Written, token_encoder
 
 # A wrong instance's text is kept in the report around where the grammar stopped.
 _EXCERPT_BEFORE = 160
 _EXCERPT_AFTER = 80
-_ENCODE_CACHE = 1 << 16
 
 
 class SchemaChecker:
@@ -34,15 +31,7 @@ class SchemaChecker:
         )
         self._stop_token = int(tokenizer.eos_token_id)
         self._layout = Layout(whitespace=whitespace)
-
-        @functools.lru_cache(maxsize=_ENCODE_CACHE)
-        def encode(text: str) -> tuple[int, ...]:
-            # A key or string that spells a special token is still plain text.
-            return tuple(
-                tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
-            )
-
-        self._encode = encode
+        self._encode = token_encoder(tokenizer)
 
     def check(self, path_name: str, case: Case, on_compiled: Callable[[], None]) -> PathResult:
         cpu = time.process_time()
@@ -65,11 +54,19 @@ class SchemaChecker:
             validate_s=compiled.validate_s,
             engine=compiled.engine,
         )
-        navigator = SchemaNavigator(case.schema)
         timed = False
         for index, instance in enumerate(case.instances):
             grammar = compiled.grammar if index == 0 else compiled.renew()
-            written = self._write(path, grammar, instance, case.schema, navigator)
+            written = InstanceWriter(
+                grammar,
+                self._encode,
+                self._stop_token,
+                self._layout,
+                case.schema,
+                path.bitmask,
+                integer_forms=instance.valid,
+            ).write(instance.data)
+            _check_faithful(written.text, instance.data)
             if written.accepted == instance.valid:
                 if instance.valid:
                     result.valid_accepted += 1
@@ -81,27 +78,6 @@ class SchemaChecker:
                 result.mask_ns = time_fills(compiled.renew(), path.bitmask, written.tokens)
                 timed = True
         return result
-
-    def _write(
-        self,
-        path: CompilePath,
-        grammar: Grammar,
-        instance: Instance,
-        schema: Any,
-        navigator: SchemaNavigator,
-    ) -> Written:
-        writer = InstanceWriter(
-            grammar,
-            self._encode,
-            self._stop_token,
-            self._layout,
-            navigator,
-            path.bitmask,
-            integer_forms=instance.valid,
-        )
-        written = writer.write(instance.data, schema)
-        _check_faithful(written.text, instance.data)
-        return written
 
 
 def _check_faithful(text: str, data: Any) -> None:

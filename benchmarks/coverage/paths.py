@@ -11,8 +11,8 @@ import functools
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from benchmarks.coverage.results import (
     INVALID,
@@ -38,12 +38,16 @@ if TYPE_CHECKING:
 
     from grammar_guard.core.settings import EngineSelection
 
-T = TypeVar("T")
-
 # vLLM's validation passed but its engine-side compile raised (xgrammar) or
 # left the grammar in an error state (guidance): in a server the request fails
 # inside the engine, or gets an empty answer, rather than a 400.
 COMPILE_ERROR = "compile-error"
+# Keyed by GRAMMAR_GUARD_ENGINE's values (the plugin's EngineSelection).
+_PLUGIN_PATH_NAMES = {
+    "auto": PLUGIN_PATH,
+    "xgrammar": PLUGIN_XGRAMMAR_PATH,
+    "llguidance": PLUGIN_LLGUIDANCE_PATH,
+}
 
 
 @dataclass(frozen=True)
@@ -53,10 +57,10 @@ class Compiled:
     # The process's CPU time over the compile, every thread's: unlike the
     # wall-clock time it does not grow when other work shares the machine.
     compile_cpu_s: float
-    validate_s: float | None
     # The grammar of another request for the same schema: a cache hit where
     # the path has a cache, a compile where it has none (see checker.py for why).
     renew: Callable[[], StructuredOutputGrammar]
+    validate_s: float | None = None  # vLLM's frontend validation (vLLM's paths)
     engine: str | None = None  # the plugin's engine that serves it (ENGINES)
 
 
@@ -78,7 +82,98 @@ class CompilePath(Protocol):
         ...
 
 
-def vllm_config(backend: str, *, whitespace: bool) -> VllmConfig:
+def build_paths(tokenizer: Any, vocab_size: int, *, whitespace: bool) -> dict[str, CompilePath]:
+    """Every path, by name, in the order of ``PATHS``."""
+    from grammar_guard.core.settings import EngineSelection
+
+    paths: list[CompilePath] = [
+        PluginPath(tokenizer, vocab_size, whitespace=whitespace, selection=selection)
+        for selection in EngineSelection
+    ]
+    paths += [
+        BuiltinPath(backend, tokenizer, vocab_size, whitespace=whitespace)
+        for backend in ("xgrammar", "guidance")
+    ]
+    by_name = {path.name: path for path in paths}
+    assert set(by_name) == set(PATHS), f"paths {sorted(by_name)} are not {PATHS}"
+    return {name: by_name[name] for name in PATHS}
+
+
+class PluginPath:
+    def __init__(
+        self, tokenizer: Any, vocab_size: int, *, whitespace: bool, selection: EngineSelection
+    ) -> None:
+        import grammar_guard
+        from grammar_guard.core.settings import ENGINE_VARIABLE
+        from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
+
+        grammar_guard.register()
+        self.name = _PLUGIN_PATH_NAMES[selection.value]
+        # The backend reads GRAMMAR_GUARD_ENGINE once, when built: set for this one only.
+        with scoped_environment({ENGINE_VARIABLE: selection.value}):
+            self._backend = GrammarGuardBackend(
+                vllm_config=_vllm_config(grammar_guard.BACKEND_NAME, whitespace=whitespace),
+                tokenizer=tokenizer,
+                vocab_size=vocab_size,
+            )
+        self.bitmask = self._backend.allocate_token_bitmask(1)
+
+    def compile(self, schema: Any) -> Compiled:
+        try:
+            compiled = _compile(self._backend, _structured_outputs(schema))
+        except Exception as exc:
+            raise Refused(_plugin_reason(exc), _describe(exc)) from exc
+        return replace(compiled, engine=_served_by(compiled.grammar))
+
+
+class BuiltinPath:
+    """vLLM's own backend as a request meets it: frontend validation, then the engine's compile."""
+
+    def __init__(self, backend: str, tokenizer: Any, vocab_size: int, *, whitespace: bool) -> None:
+        from vllm.v1.structured_output import backend_guidance, backend_xgrammar
+
+        built: type[StructuredOutputBackend]
+        if backend == "xgrammar":
+            self.name, built = VLLM_XGRAMMAR_PATH, backend_xgrammar.XgrammarBackend
+            self._validate = backend_xgrammar.validate_xgrammar_grammar
+            # Whether a schema its validation refused uses a feature on vLLM's
+            # list of what the backend does not support.
+            self._unsupported = backend_xgrammar.has_xgrammar_unsupported_json_features
+        else:
+            self.name, built = VLLM_GUIDANCE_PATH, backend_guidance.GuidanceBackend
+            # Without a tokenizer, as vLLM validates for a Hugging Face one.
+            self._validate = backend_guidance.validate_guidance_grammar
+            self._unsupported = backend_guidance.has_guidance_unsupported_json_features
+        self._backend = built(
+            vllm_config=_vllm_config(backend, whitespace=whitespace),
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+        )
+        self.bitmask = self._backend.allocate_token_bitmask(1)
+
+    def compile(self, schema: Any) -> Compiled:
+        from vllm.exceptions import VLLMValidationError
+        from vllm.sampling_params import SamplingParams
+
+        started = time.perf_counter()
+        try:
+            params = SamplingParams(structured_outputs=_structured_outputs(schema))
+            self._validate(params)
+        except (VLLMValidationError, ValueError) as exc:
+            unsupported = isinstance(schema, dict) and self._unsupported(schema)
+            raise Refused(UNSUPPORTED if unsupported else INVALID, _describe(exc)) from exc
+        validate_s = time.perf_counter() - started
+        try:
+            compiled = _compile(self._backend, params.structured_outputs)
+        except Exception as exc:
+            raise Refused(COMPILE_ERROR, _describe(exc)) from exc
+        error = _guidance_error(compiled.grammar)
+        if error:
+            raise Refused(COMPILE_ERROR, _describe(error))
+        return replace(compiled, validate_s=validate_s)
+
+
+def _vllm_config(backend: str, *, whitespace: bool) -> VllmConfig:
     from vllm.config import VllmConfig
     from vllm.config.structured_outputs import StructuredOutputsConfig
 
@@ -100,67 +195,18 @@ def _structured_outputs(schema: Any) -> Any:
     return StructuredOutputsParams(json=schema if isinstance(schema, dict) else json.dumps(schema))
 
 
-def _request_key(structured_outputs: Any) -> tuple[Any, str]:
+def _compile(backend: StructuredOutputBackend, structured_outputs: Any) -> Compiled:
+    """The request's grammar, as vLLM's engine asks for it, with its wall-clock and CPU time."""
     from vllm.v1.structured_output.request import get_structured_output_key
 
-    return get_structured_output_key(structured_outputs)
+    option, key = get_structured_output_key(structured_outputs)
+    started, cpu = time.perf_counter(), time.process_time()
+    grammar = backend.compile_grammar(option, key)
+    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    return Compiled(grammar, wall_s, cpu_s, functools.partial(backend.compile_grammar, option, key))
 
 
-# Keyed by GRAMMAR_GUARD_ENGINE's values (the plugin's EngineSelection).
-_PLUGIN_PATH_NAMES = {
-    "auto": PLUGIN_PATH,
-    "xgrammar": PLUGIN_XGRAMMAR_PATH,
-    "llguidance": PLUGIN_LLGUIDANCE_PATH,
-}
-
-
-def build_paths(tokenizer: Any, vocab_size: int, *, whitespace: bool) -> dict[str, CompilePath]:
-    """Every path, by name, in the order of ``PATHS``."""
-    from grammar_guard.core.settings import EngineSelection
-
-    paths: list[CompilePath] = [
-        PluginPath(tokenizer, vocab_size, whitespace=whitespace, selection=selection)
-        for selection in EngineSelection
-    ]
-    paths += [
-        BuiltinPath(backend(), tokenizer, vocab_size, whitespace=whitespace)
-        for backend in (vllm_xgrammar, vllm_guidance)
-    ]
-    by_name = {path.name: path for path in paths}
-    assert set(by_name) == set(PATHS), f"paths {sorted(by_name)} are not {PATHS}"
-    return {name: by_name[name] for name in PATHS}
-
-
-class PluginPath:
-    def __init__(
-        self, tokenizer: Any, vocab_size: int, *, whitespace: bool, selection: EngineSelection
-    ) -> None:
-        import grammar_guard
-        from grammar_guard.core.settings import ENGINE_VARIABLE
-        from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
-
-        grammar_guard.register()
-        self.name = _PLUGIN_PATH_NAMES[selection.value]
-        # The backend reads GRAMMAR_GUARD_ENGINE once, when built: set for this one only.
-        with scoped_environment({ENGINE_VARIABLE: selection.value}):
-            self._backend = GrammarGuardBackend(
-                vllm_config=vllm_config(grammar_guard.BACKEND_NAME, whitespace=whitespace),
-                tokenizer=tokenizer,
-                vocab_size=vocab_size,
-            )
-        self.bitmask = self._backend.allocate_token_bitmask(1)
-
-    def compile(self, schema: Any) -> Compiled:
-        try:
-            option, key = _request_key(_structured_outputs(schema))
-            grammar, wall_s, cpu_s = _timed(lambda: self._backend.compile_grammar(option, key))
-        except Exception as exc:
-            raise Refused(plugin_reason(exc), _describe(exc)) from exc
-        renew = functools.partial(self._backend.compile_grammar, option, key)
-        return Compiled(grammar, wall_s, cpu_s, None, renew, engine=served_by(grammar))
-
-
-def served_by(grammar: StructuredOutputGrammar) -> str | None:
+def _served_by(grammar: StructuredOutputGrammar) -> str | None:
     """The engine whose matcher the plugin's grammar wraps; None if it wraps none."""
     from grammar_guard.core.engine_names import EngineName
     from grammar_guard.core.engines.llguidance.matcher import LLGuidanceMatcher
@@ -182,7 +228,7 @@ def served_by(grammar: StructuredOutputGrammar) -> str | None:
     return None
 
 
-def plugin_reason(error: BaseException) -> str:
+def _plugin_reason(error: BaseException) -> str:
     """The reason class of a plugin refusal, read from the exception's class."""
     from grammar_guard.core import errors
 
@@ -198,58 +244,8 @@ def plugin_reason(error: BaseException) -> str:
     return f"error:{type(error).__name__}"
 
 
-@dataclass(frozen=True)
-class BuiltinBackend:
-    """What tells vLLM's built-in backends apart, as a request meets them."""
-
-    path: str  # the path's name in the report
-    name: str  # vLLM's name for it (StructuredOutputsConfig.backend)
-    backend: type[StructuredOutputBackend]
-    validate: Callable[[Any], None]  # vLLM's frontend check of the SamplingParams
-    # Whether a schema its validation refused uses a feature on vLLM's list
-    # of what the backend does not support.
-    unsupported: Callable[[dict[str, Any]], bool]
-    # The error a compiled grammar holds instead of raising it, or "".
-    error: Callable[[StructuredOutputGrammar], str]
-
-
-def vllm_xgrammar() -> BuiltinBackend:
-    from vllm.v1.structured_output.backend_xgrammar import (
-        XgrammarBackend,
-        has_xgrammar_unsupported_json_features,
-        validate_xgrammar_grammar,
-    )
-
-    return BuiltinBackend(
-        VLLM_XGRAMMAR_PATH,
-        "xgrammar",
-        XgrammarBackend,
-        validate_xgrammar_grammar,
-        has_xgrammar_unsupported_json_features,
-        error=lambda grammar: "",  # its compile_grammar raises
-    )
-
-
-def vllm_guidance() -> BuiltinBackend:
-    from vllm.v1.structured_output.backend_guidance import (
-        GuidanceBackend,
-        has_guidance_unsupported_json_features,
-        validate_guidance_grammar,
-    )
-
-    return BuiltinBackend(
-        VLLM_GUIDANCE_PATH,
-        "guidance",
-        GuidanceBackend,
-        # Without a tokenizer, as vLLM validates for a Hugging Face one.
-        validate_guidance_grammar,
-        has_guidance_unsupported_json_features,
-        error=_guidance_error,
-    )
-
-
 def _guidance_error(grammar: StructuredOutputGrammar) -> str:
-    """The error vLLM's guidance grammar is in, or "".
+    """The error vLLM's guidance grammar is in, or "" (xgrammar's compile raises instead).
 
     Its compile_grammar does not raise: a grammar llguidance cannot take
     leaves the LLMatcher in an error state, which ``check_error`` only logs,
@@ -258,52 +254,9 @@ def _guidance_error(grammar: StructuredOutputGrammar) -> str:
     """
     from vllm.v1.structured_output.backend_guidance import GuidanceGrammar
 
-    assert isinstance(grammar, GuidanceGrammar)
-    return str(grammar.ll_matcher.get_error()) if grammar.ll_matcher.is_error() else ""
-
-
-class BuiltinPath:
-    def __init__(
-        self, backend: BuiltinBackend, tokenizer: Any, vocab_size: int, *, whitespace: bool
-    ) -> None:
-        self.name = backend.path
-        self._kind = backend
-        self._backend = backend.backend(
-            vllm_config=vllm_config(backend.name, whitespace=whitespace),
-            tokenizer=tokenizer,
-            vocab_size=vocab_size,
-        )
-        self.bitmask = self._backend.allocate_token_bitmask(1)
-
-    def compile(self, schema: Any) -> Compiled:
-        from vllm.exceptions import VLLMValidationError
-        from vllm.sampling_params import SamplingParams
-
-        started = time.perf_counter()
-        try:
-            params = SamplingParams(structured_outputs=_structured_outputs(schema))
-            self._kind.validate(params)
-        except (VLLMValidationError, ValueError) as exc:
-            unsupported = isinstance(schema, dict) and self._kind.unsupported(schema)
-            raise Refused(UNSUPPORTED if unsupported else INVALID, _describe(exc)) from exc
-        validate_s = time.perf_counter() - started
-        try:
-            option, key = _request_key(params.structured_outputs)
-            grammar, wall_s, cpu_s = _timed(lambda: self._backend.compile_grammar(option, key))
-        except Exception as exc:
-            raise Refused(COMPILE_ERROR, _describe(exc)) from exc
-        error = self._kind.error(grammar)
-        if error:
-            raise Refused(COMPILE_ERROR, _describe(error))
-        renew = functools.partial(self._backend.compile_grammar, option, key)
-        return Compiled(grammar, wall_s, cpu_s, validate_s, renew)
-
-
-def _timed(call: Callable[[], T]) -> tuple[T, float, float]:
-    """``call()``, its wall-clock time and the process's CPU time over it."""
-    started, cpu = time.perf_counter(), time.process_time()
-    result = call()
-    return result, time.perf_counter() - started, time.process_time() - cpu
+    if isinstance(grammar, GuidanceGrammar) and grammar.ll_matcher.is_error():
+        return str(grammar.ll_matcher.get_error())
+    return ""
 
 
 def _describe(error: BaseException | str) -> str:

@@ -3,27 +3,49 @@
 xgrammar cannot cancel a compile: a path past its timeout (``timeout``) or whose worker died
 (``crash``) costs that worker, which a fresh one replaces; the schema's other paths go back to
 the front of the queue. docs/coverage.md ("Timeouts, workers and the default run").
+
+A worker builds every path once, then checks the schemas it is sent. Over its pipe it sends
+``("ready",)`` or ``("failed", traceback)``, ``("phase", path, "compile" | "match")`` (the
+parent times each phase and kills it past its limit), ``("result", PathResult)`` per path and
+``("done",)`` per task. Its output goes to a log file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
+import sys
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
+from benchmarks.coverage.cases import load_case
 from benchmarks.coverage.results import CRASH, PATHS, TIMEOUT, CaseRef, PathResult, SchemaResult
-from benchmarks.coverage.worker import COMPILE_PHASE, Task, WorkerSettings, worker_main
 
+PLUGIN_SETTINGS_PREFIX = "GRAMMAR_GUARD_"
+COMPILE_PHASE = "compile"
+MATCH_PHASE = "match"
 # Imported once by the fork server every worker is forked from (see that module).
 _PRELOAD = "benchmarks.coverage.preload"
 # Workers that fail to start this many times in a row end the run: they never will.
 _START_ATTEMPTS = 3
 _STOP_GRACE_S = 10.0
+# Plugin settings that would change what is measured: a persistent cache or a
+# warm-up would serve grammars without compiling them, and each plugin path
+# sets the engine it names (paths.py).
+_DROPPED_SETTINGS = (
+    "GRAMMAR_GUARD_CACHE_DIR",
+    "GRAMMAR_GUARD_CACHE_DIR_MB",
+    "GRAMMAR_GUARD_WARMUP",
+    "GRAMMAR_GUARD_COMPILE_KILL_AFTER_S",
+    "GRAMMAR_GUARD_ENGINE",
+)
 
 # Called after each schema: how many are done, how many in all, the last one.
 Progress = Callable[[int, int, SchemaResult], None]
@@ -40,32 +62,24 @@ class Limits:
     start_s: float  # loading the tokenizer and every path's backend
 
 
-class _Worker:
-    def __init__(self, context: Any, settings: WorkerSettings, start_s: float) -> None:
-        self.connection, child = context.Pipe()
-        self.process = context.Process(
-            target=worker_main, args=(child, settings), name="coverage-worker", daemon=True
-        )
-        self.process.start()
-        child.close()
-        self.ready = False
-        self.task: Task | None = None
-        self.remaining: list[str] = []
-        self.phase: tuple[str, str] | None = None
-        self.deadline: float | None = time.monotonic() + start_s
+@dataclass(frozen=True)
+class WorkerSettings:
+    data_dir: Path
+    whitespace: bool
+    log_path: Path
+    metrics_dir: Path
+    # Longer than the parent's compile limit: the parent's kill is the timeout
+    # that counts, never the plugin's own.
+    plugin_timeout_s: float
+    # The caller's GRAMMAR_GUARD_* variables. Passed explicitly: a worker is
+    # forked from a server started with the environment of the first run.
+    plugin_settings: dict[str, str]
 
-    def stop(self) -> None:
-        if self.process.is_alive():
-            with contextlib.suppress(OSError):  # it died meanwhile
-                self.connection.send(None)
-            self.process.join(_STOP_GRACE_S)
-        self.kill()
 
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        self.connection.close()
+@dataclass(frozen=True)
+class Task:
+    ref: CaseRef
+    paths: tuple[str, ...]
 
 
 class WorkerPool:
@@ -104,6 +118,36 @@ class WorkerPool:
 
     def _start(self) -> _Worker:
         return _Worker(self._context, self._settings, self._limits.start_s)
+
+
+class _Worker:
+    """The parent's handle on one worker process."""
+
+    def __init__(self, context: Any, settings: WorkerSettings, start_s: float) -> None:
+        self.connection, child = context.Pipe()
+        self.process = context.Process(
+            target=worker_main, args=(child, settings), name="coverage-worker", daemon=True
+        )
+        self.process.start()
+        child.close()
+        self.ready = False
+        self.task: Task | None = None
+        self.remaining: list[str] = []
+        self.phase: tuple[str, str] | None = None
+        self.deadline: float | None = time.monotonic() + start_s
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            with contextlib.suppress(OSError):  # it died meanwhile
+                self.connection.send(None)
+            self.process.join(_STOP_GRACE_S)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.connection.close()
 
 
 class _Run:
@@ -194,3 +238,78 @@ def _wait_for_any(workers: Sequence[_Worker]) -> None:
     handles: list[Connection | int] = [worker.connection for worker in workers]
     handles += [worker.process.sentinel for worker in workers]
     wait(handles, timeout)
+
+
+# -- in the worker process ----------------------------------------------------
+
+
+def worker_main(connection: Any, settings: WorkerSettings) -> None:
+    # The backends' threads are not daemons and would keep the process alive
+    # after its work is done: it ends with os._exit, whatever happened.
+    code = 1
+    try:
+        code = _serve(connection, settings)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _serve(connection: Any, settings: WorkerSettings) -> int:
+    log = os.open(settings.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    for name in [name for name in os.environ if name.startswith(PLUGIN_SETTINGS_PREFIX)]:
+        del os.environ[name]
+    os.environ.update(_plugin_environment(settings))
+    try:
+        from benchmarks.coverage.checker import SchemaChecker
+        from harness.model import model_tokenizer
+
+        checker = SchemaChecker(model_tokenizer(), whitespace=settings.whitespace)
+    except Exception:
+        connection.send(("failed", traceback.format_exc()))
+        return 1
+    connection.send(("ready",))
+    while (task := _next_task(connection)) is not None:
+        case = load_case(settings.data_dir, task.ref)
+        for path in task.paths:
+            connection.send(("phase", path, COMPILE_PHASE))
+            try:
+                result = checker.check(
+                    path, case, lambda path=path: connection.send(("phase", path, MATCH_PHASE))
+                )
+            except Exception as exc:  # a grammar that raised, or a fault here: record it
+                traceback.print_exc()
+                result = PathResult(path, f"error:{type(exc).__name__}", str(exc)[:300])
+            connection.send(("result", result))
+        connection.send(("done",))
+    return 0
+
+
+def _next_task(connection: Any) -> Task | None:
+    """The next task; None when the parent says stop or is gone."""
+    try:
+        task: Task | None = connection.recv()
+    except EOFError:
+        return None
+    return task
+
+
+def _plugin_environment(settings: WorkerSettings) -> dict[str, str]:
+    """The plugin's settings in a worker: the caller's, but for a few the harness imposes.
+
+    Compiles run in the plugin's threads: this process is the isolation, and
+    a compile's time is then the compile's, not a transfer between processes.
+    """
+    kept = {
+        name: value
+        for name, value in settings.plugin_settings.items()
+        if name not in _DROPPED_SETTINGS
+    }
+    return kept | {
+        "GRAMMAR_GUARD_COMPILE_ISOLATION": "thread",
+        "GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(settings.plugin_timeout_s),
+        "GRAMMAR_GUARD_METRICS_DIR": str(settings.metrics_dir),
+    }

@@ -3,29 +3,131 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 from typing import Any
 
 from benchmarks.coverage.cases import SUITES, headline_suites
-from benchmarks.coverage.masks import MASK_PERCENTILES
-from benchmarks.coverage.results import ENGINES, PATHS, PLUGIN_PATH, SchemaResult, WrongResult
-from benchmarks.coverage.tally import Tally
+from benchmarks.coverage.masks import MASK_PERCENTILES, LogHistogram
+from benchmarks.coverage.results import (
+    ENGINES,
+    PATHS,
+    PLUGIN_PATH,
+    TIMEOUT,
+    PathResult,
+    SchemaResult,
+)
 
 REPORT_FILE = "report.json"
 SUMMARY_FILE = "summary.md"
 # Marks, in a wrong instance's text, where the grammar refused it.
 REFUSAL_MARK = "⟪"
+COMPILE_PERCENTILES = (50, 90, 99)
+# A schema's outcome on a path, as report.json gives it (its mask fills apart).
+_OUTCOME_FIELDS = [
+    f.name for f in dataclasses.fields(PathResult) if f.name not in ("path", "wrong", "mask_ns")
+]
 
 
-def build_report(
-    results: Sequence[SchemaResult],
-    run: dict[str, Any],
-    keywords: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``keywords``: ``rewrite_effect.tally_keywords`` of the headline suites' schemas."""
+@dataclass
+class Tally:
+    """One path's counts over a set of schemas.
+
+    A refused schema (timeouts included) rejects all its instances: its invalid ones count as
+    rejected, its valid ones as lost to the refusal; so every invalid instance accepted is one
+    accepted by a compiled grammar.
+    """
+
+    schemas: int = 0
+    compiled: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # by reason, timeouts excluded
+    timeouts: int = 0
+    valid_total: int = 0
+    valid_accepted: int = 0
+    valid_refused: int = 0  # valid instances of refused or timed-out schemas
+    invalid_total: int = 0
+    invalid_rejected: int = 0
+    invalid_accepted: int = 0
+    compile_s: list[float] = field(default_factory=list)
+    compile_cpu_s: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0  # every path check's CPU time, refusals included
+    engines: Counter[str] = field(default_factory=Counter)  # compiled schemas by engine
+    mask_ns: LogHistogram = field(default_factory=LogHistogram)  # every timed fill
+
+    @classmethod
+    def of(cls, results: Iterable[SchemaResult], path: str) -> Tally:
+        tally = cls()
+        for result in results:
+            if path in result.paths:
+                tally.add(result.ref.valid_total, result.ref.invalid_total, result.paths[path])
+        return tally
+
+    def add(self, valid_total: int, invalid_total: int, result: PathResult) -> None:
+        self.schemas += 1
+        self.cpu_s += result.cpu_s or 0.0
+        self.valid_total += valid_total
+        self.invalid_total += invalid_total
+        if not result.compiled:
+            if result.outcome == TIMEOUT:
+                self.timeouts += 1
+            else:
+                self.refused[result.outcome] += 1
+            self.valid_refused += valid_total
+            self.invalid_rejected += invalid_total
+            return
+        self.compiled += 1
+        self.valid_accepted += result.valid_accepted
+        self.invalid_rejected += result.invalid_rejected
+        self.invalid_accepted += sum(not wrong.valid for wrong in result.wrong)
+        if result.compile_s is not None:
+            self.compile_s.append(result.compile_s)
+        if result.compile_cpu_s is not None:
+            self.compile_cpu_s.append(result.compile_cpu_s)
+        if result.engine is not None:
+            self.engines[result.engine] += 1
+        self.mask_ns.merge(result.mask_ns)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schemas": self.schemas,
+            "compiled": self.compiled,
+            "refused": dict(sorted(self.refused.items())),
+            "timeouts": self.timeouts,
+            "valid_total": self.valid_total,
+            "valid_accepted": self.valid_accepted,
+            # By a compiled grammar: refusals not included.
+            "valid_rejected": self.valid_total - self.valid_accepted - self.valid_refused,
+            "valid_refused": self.valid_refused,
+            "invalid_total": self.invalid_total,
+            "invalid_rejected": self.invalid_rejected,
+            "invalid_accepted_outside_refusals": self.invalid_accepted,
+            "compile_s": _percentiles(self.compile_s),
+            "compile_cpu_s": _percentiles(self.compile_cpu_s),
+            "cpu_total_s": round(self.cpu_s, 3),
+            "engines": dict(sorted(self.engines.items())),
+            "mask_fills": self.mask_ns.count,
+            "mask_us": self.mask_ns.percentiles_us(MASK_PERCENTILES),
+        }
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    """Nearest-rank percentiles and the maximum; None for an empty list."""
+    times = sorted(values)
+    summary: dict[str, float | None] = {
+        f"p{p}": times[max(0, math.ceil(p / 100 * len(times)) - 1)] if times else None
+        for p in COMPILE_PERCENTILES
+    }
+    summary["max"] = times[-1] if times else None
+    return summary
+
+
+def build_report(results: Sequence[SchemaResult], run: dict[str, Any]) -> dict[str, Any]:
     present = {result.ref.suite for result in results}
     suites = [suite for suite in SUITES if suite in present]
     headline = headline_suites(suites)
@@ -44,12 +146,19 @@ def build_report(
                 sorted(results, key=_category_key), key=_category_key
             )
         ],
-        "rewrite_keywords": keywords,
         "wrong": [
-            _wrong_entry(result, path, wrong)
+            {
+                "path": path,
+                "suite": result.ref.suite,
+                "file": result.ref.file,
+                "schema_index": result.ref.index,
+                "category": result.ref.category,
+                "schema_description": result.ref.description,
+                **dataclasses.asdict(wrong),
+            }
             for result in results
-            for path, path_result in result.paths.items()
-            for wrong in path_result.wrong
+            for path, outcome in result.paths.items()
+            for wrong in outcome.wrong
         ],
         "schemas": [_schema_entry(result) for result in results],
     }
@@ -60,26 +169,23 @@ def write_report(report: dict[str, Any], out_dir: Path) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     tables = render_tables(report)
-    summary = tables + "\n" + render_wrong(report)
-    (out_dir / SUMMARY_FILE).write_text(summary, encoding="utf-8")
+    (out_dir / SUMMARY_FILE).write_text(tables + "\n" + render_wrong(report), encoding="utf-8")
     return tables
 
 
 def render_tables(report: dict[str, Any]) -> str:
-    run = report["run"]
+    overall, suites = report["overall"], report["suites"]
     lines = [
         "# Schema coverage: grammar-guard and vLLM's xgrammar and guidance backends",
         "",
-        _run_line(run),
+        _run_line(report["run"]),
         "",
         f"## Overall ({', '.join(report['overall_suites'])})",
         "",
-        *_table("path", [(path, report["overall"][path]) for path in PATHS]),
-        "",
-        _engine_line(report["overall"][PLUGIN_PATH]),
+        *_overall(overall),
         "",
         "Worker CPU time (compiles and instances; worker starts not included): "
-        + ", ".join(f"{path} {report['overall'][path]['cpu_total_s']:.0f} s" for path in PATHS)
+        + ", ".join(f"{path} {overall[path]['cpu_total_s']:.0f} s" for path in PATHS)
         + ".",
         "",
         "## By collection",
@@ -88,42 +194,34 @@ def render_tables(report: dict[str, Any]) -> str:
             "collection: path",
             [
                 (f"{suite}: {path}", tallies[path])
-                for suite, tallies in report["suites"].items()
+                for suite, tallies in suites.items()
                 for path in PATHS
             ],
         ),
         "",
         "## Refusals by reason (schemas; timeouts are in the tables' own column)",
         "",
-        *_reasons_table(report),
-        *_keyword_section(report, "## "),
+        *_reasons_table(overall),
     ]
     for path in PATHS:
-        rows = [(f"**{suite}**", tallies[path]) for suite, tallies in report["suites"].items()]
-        rows += [
-            (f"{entry['suite']}: {entry['category']}", entry["paths"][path])
-            for entry in report["categories"]
-        ]
+        rows = [(f"**{suite}**", tallies[path]) for suite, tallies in suites.items()]
+        rows += [(f"{c['suite']}: {c['category']}", c["paths"][path]) for c in report["categories"]]
         lines += ["", f"## By category: {path}", "", *_table("category", rows)]
     return "\n".join(lines) + "\n"
 
 
 def render_overview(report: dict[str, Any]) -> str:
     """docs/benchmarks.md's part: the run line, the overall table and the routed engine
-    split, the figures per collection and the refusals per keyword."""
-    overall = report["overall"]
+    split, and the figures per collection."""
     lines = [
         _run_line(report["run"]),
         "",
         *_headline_line(report),
-        *_table("path", [(path, overall[path]) for path in PATHS]),
-        "",
-        _engine_line(overall[PLUGIN_PATH]),
+        *_overall(report["overall"]),
         "",
         "Per collection:",
         "",
         *_collections_table(report),
-        *_keyword_section(report, "**", "**"),
     ]
     return "\n".join(lines) + "\n"
 
@@ -153,48 +251,16 @@ def _tallies(results: Sequence[SchemaResult]) -> dict[str, dict[str, Any]]:
 
 
 def _schema_entry(result: SchemaResult) -> dict[str, Any]:
-    ref = result.ref
     return {
-        "suite": ref.suite,
-        "file": ref.file,
-        "index": ref.index,
-        "category": ref.category,
-        "description": ref.description,
-        "valid_total": ref.valid_total,
-        "invalid_total": ref.invalid_total,
+        **dataclasses.asdict(result.ref),
         "paths": {
-            path: {
-                "outcome": outcome.outcome,
-                "detail": outcome.detail,
-                "compile_s": outcome.compile_s,
-                "compile_cpu_s": outcome.compile_cpu_s,
-                "validate_s": outcome.validate_s,
-                "cpu_s": outcome.cpu_s,
-                "valid_accepted": outcome.valid_accepted,
-                "invalid_rejected": outcome.invalid_rejected,
-                "engine": outcome.engine,
+            path: {name: getattr(outcome, name) for name in _OUTCOME_FIELDS}
+            | {
                 "mask_fills": outcome.mask_ns.count,
                 "mask_us": outcome.mask_ns.percentiles_us(MASK_PERCENTILES),
             }
             for path, outcome in result.paths.items()
         },
-    }
-
-
-def _wrong_entry(result: SchemaResult, path: str, wrong: WrongResult) -> dict[str, Any]:
-    ref = result.ref
-    return {
-        "path": path,
-        "suite": ref.suite,
-        "file": ref.file,
-        "schema_index": ref.index,
-        "category": ref.category,
-        "schema_description": ref.description,
-        "test_index": wrong.test_index,
-        "test_description": wrong.test_description,
-        "valid": wrong.valid,
-        "text": wrong.text,
-        "refused_at": wrong.refused_at,
     }
 
 
@@ -235,6 +301,17 @@ def _table(first: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def _overall(overall: dict[str, Any]) -> list[str]:
+    """The table of every path over the headline suites, and the routed path's engines."""
+    routed = overall[PLUGIN_PATH]
+    served = ", ".join(f"{routed['engines'].get(name, 0)} by {name}" for name in ENGINES)
+    return [
+        *_table("path", [(path, overall[path]) for path in PATHS]),
+        "",
+        f"{PLUGIN_PATH} (routed) served its {routed['compiled']} compiled schemas: {served}.",
+    ]
+
+
 def _headline_line(report: dict[str, Any]) -> list[str]:
     """Which suites the overall table counts, when the run held others too."""
     counted = report["overall_suites"]
@@ -266,52 +343,16 @@ def _collections_table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _keyword_section(report: dict[str, Any], before: str, after: str = "") -> list[str]:
-    """The refusals per keyword without and with the schema rewrite, under a title."""
-    keywords = report.get("rewrite_keywords")
-    if not keywords:
-        return []
-    counted = ", ".join(report["overall_suites"])
-    rows = [(row["keyword"], row) for row in keywords["keywords"][: keywords["shown"]]]
-    if keywords["other"] is not None:
-        rows.append(("other", keywords["other"]))
-    rows.append(("**any (schemas refused)**", keywords["total"]))
-    lines = [
-        "",
-        f"{before}Refusals by keyword, without and with the schema rewrite{after}",
-        "",
-        f"The plugin's routing check alone (no compile) of the {keywords['schemas']} schemas of "
-        f"{counted}, with its schema rewrite turned off and on: schemas refused naming each "
-        "keyword (or why, when the refusal names none), and their valid instances. A schema "
-        "refused for several keywords counts in each one's row, once in the last rows.",
-        "",
-        "| keyword | refused without | refused with | valid instances without "
-        "| valid instances with |",
-        "|---" + "|---:" * 4 + "|",
-    ]
-    lines += [
-        f"| {name} | {row['without']} | {row['with']} | {row['valid_without']} "
-        f"| {row['valid_with']} |"
-        for name, row in rows
-    ]
-    return lines
-
-
-def _engine_line(stats: dict[str, Any]) -> str:
-    served = ", ".join(f"{stats['engines'].get(name, 0)} by {name}" for name in ENGINES)
-    return f"{PLUGIN_PATH} (routed) served its {stats['compiled']} compiled schemas: {served}."
-
-
 def _engines(counts: dict[str, int]) -> str:
     """Compiled schemas per engine; "-" for a path that does not say (vLLM's)."""
     return " / ".join(str(counts.get(name, 0)) for name in ENGINES) if counts else "-"
 
 
-def _reasons_table(report: dict[str, Any]) -> list[str]:
-    reasons = sorted({reason for path in PATHS for reason in report["overall"][path]["refused"]})
+def _reasons_table(overall: dict[str, Any]) -> list[str]:
+    reasons = sorted({reason for path in PATHS for reason in overall[path]["refused"]})
     lines = ["| reason | " + " | ".join(PATHS) + " |", "|---" + "|---:" * len(PATHS) + "|"]
     for reason in reasons:
-        counts = [str(report["overall"][path]["refused"].get(reason, 0)) for path in PATHS]
+        counts = [str(overall[path]["refused"].get(reason, 0)) for path in PATHS]
         lines.append(f"| {reason} | " + " | ".join(counts) + " |")
     return lines if reasons else ["No schema was refused."]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks.coverage.histogram import LogHistogram
+from benchmarks.coverage.masks import LogHistogram
 
 # The plugin as it serves by default: each schema routed to the engine that
 # enforces it (GRAMMAR_GUARD_ENGINE=auto). Other code and the docs use the name.
@@ -17,13 +17,14 @@ PLUGIN_PATHS = (PLUGIN_PATH, PLUGIN_XGRAMMAR_PATH, PLUGIN_LLGUIDANCE_PATH)
 VLLM_XGRAMMAR_PATH = "vllm-xgrammar"
 VLLM_GUIDANCE_PATH = "vllm-guidance"
 PATHS = (*PLUGIN_PATHS, VLLM_XGRAMMAR_PATH, VLLM_GUIDANCE_PATH)
-# The engines a plugin path's grammar can come from (grammar_guard.core.engines.routing.EngineName).
+# The engines a plugin path's grammar can come from (grammar_guard.core.engine_names.EngineName).
 ENGINES = ("xgrammar", "llguidance")
 
 COMPILED = "compiled"
 # Reason classes a path can end in instead of COMPILED. The plugin's refusals
 # are "unenforced:<keyword>" and "invalid"; vLLM's frontend validation gives
-# "unsupported"; "error:<ExceptionType>" is any other exception.
+# "unsupported", its engine-side compile "compile-error" (paths.py);
+# "error:<ExceptionType>" is any other exception.
 TIMEOUT = "timeout"
 CRASH = "crash"
 INVALID = "invalid"
@@ -35,7 +36,7 @@ UNENFORCED_PREFIX = "unenforced:"
 class CaseRef:
     """One schema of a data folder and how many instances come with it."""
 
-    suite: str  # "jsonschemabench" or "test-suite"
+    suite: str  # one of cases.SUITES
     file: str  # relative to the suite's folder
     index: int  # the schema's position in its file (test-suite files hold several)
     category: str
@@ -63,7 +64,7 @@ class WrongResult:
 class PathResult:
     path: str
     outcome: str  # COMPILED or a reason class
-    detail: str = ""  # the refusal's message, or the findings' keywords
+    detail: str = ""  # the refusal's message
     compile_s: float | None = None  # compile_grammar alone, for compiled schemas
     compile_cpu_s: float | None = None  # the worker's CPU time over that call
     validate_s: float | None = None  # vLLM's frontend validation (vLLM's paths only)

@@ -10,8 +10,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import Selection, discover, headline_suites, sample_data_dir
-from benchmarks.coverage.pool import Limits, Progress, WorkerPool
+from benchmarks.coverage.cases import Selection, discover, sample_data_dir
+from benchmarks.coverage.pool import (
+    PLUGIN_SETTINGS_PREFIX,
+    Limits,
+    Progress,
+    WorkerPool,
+    WorkerSettings,
+)
 from benchmarks.coverage.report import (
     REPORT_FILE,
     SUMMARY_FILE,
@@ -19,9 +25,7 @@ from benchmarks.coverage.report import (
     render_tables,
     write_report,
 )
-from benchmarks.coverage.results import CaseRef, SchemaResult
-from benchmarks.coverage.rewrite_effect import check_refusals, stderr_to, tally_keywords
-from benchmarks.coverage.worker import PLUGIN_SETTINGS_PREFIX, WorkerSettings
+from benchmarks.coverage.results import SchemaResult
 
 # Long enough for all but the schemas with several long bounded strings
 # compiled without a cache, short enough for a default run of about half an
@@ -80,22 +84,13 @@ def run_coverage(config: CoverageConfig, progress: Progress | None = None) -> Co
             start_s=_START_LIMIT_S,
         )
         results = WorkerPool(config.workers, settings, limits).run(refs, progress)
-        with stderr_to(log_dir / WORKER_LOG):
-            keywords = _rewrite_keywords(config, refs)
     run = _run_info(config, len(refs), time.monotonic() - started)
-    report = build_report(results, run, keywords)
+    report = build_report(results, run)
     if config.out_dir is None:
         return Coverage(results, report, render_tables(report), [])
     tables = write_report(report, config.out_dir)
     files = [config.out_dir / name for name in (REPORT_FILE, SUMMARY_FILE, WORKER_LOG)]
     return Coverage(results, report, tables, files)
-
-
-def _rewrite_keywords(config: CoverageConfig, refs: list[CaseRef]) -> dict[str, Any]:
-    """Refusals per keyword without and with the schema rewrite, over the headline's schemas."""
-    headline = headline_suites(ref.suite for ref in refs)
-    counted = [ref for ref in refs if ref.suite in headline]
-    return tally_keywords(check_refusals(config.data_dir, counted, whitespace=config.whitespace))
 
 
 def _run_info(config: CoverageConfig, schemas: int, duration_s: float) -> dict[str, Any]:

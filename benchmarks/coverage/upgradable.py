@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.coverage.cases import Case, Selection, discover, load_case, sample_data_dir
-from benchmarks.coverage.key_order import SchemaNavigator
-from benchmarks.coverage.writer import InstanceWriter, Layout
+from benchmarks.coverage.writer import InstanceWriter, Layout, token_encoder
 from harness.model import model_tokenizer
 
 
@@ -55,17 +54,14 @@ def write_instance(routed: Any, compiled: Any, case: Case, data: Any, *, valid: 
     matcher = routed.new_matcher(compiled, stop_token_ids=None, max_rollback_tokens=0)
     writer = InstanceWriter(
         GuardedGrammar(matcher, "benchmark"),
-        # A key or string that spells a special token is still plain text.
-        lambda text: tuple(
-            tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
-        ),
+        token_encoder(tokenizer),
         int(tokenizer.eos_token_id),
         Layout(whitespace=False),
-        SchemaNavigator(case.schema),
+        case.schema,
         allocate_bitmask(1, routed.vocab_size),
         integer_forms=valid,
     )
-    return writer.write(data, case.schema)
+    return writer.write(data)
 
 
 def routed_engine() -> Any:

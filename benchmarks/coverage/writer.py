@@ -7,6 +7,7 @@ stop token ends it; greedy, no backtracking. docs/coverage.md ("How an instance 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ _REQUEST_ID = "coverage"
 _INDENT = "  "
 # Integer forms are only offered for numbers of at most this many digits.
 _MAX_INTEGER_DIGITS = 64
+_ENCODE_CACHE = 1 << 16
 
 
 class Grammar(Protocol):
@@ -74,7 +76,7 @@ class InstanceWriter:
         encode: Callable[[str], Sequence[int]],
         stop_token: int,
         layout: Layout,
-        navigator: SchemaNavigator,
+        schema: Any,  # the root schema of the instance
         bitmask: torch.Tensor,  # one row, for the mask that allows the stop token or not
         *,
         integer_forms: bool,
@@ -85,18 +87,19 @@ class InstanceWriter:
         self._encode = encode
         self._stop_token = stop_token
         self._layout = layout
-        self._navigator = navigator
+        self._schema = schema
+        self._navigator = SchemaNavigator(schema)
         self._parts: list[str] = []
         self._length = 0
         self._refused_at: int | None = None
         self._tokens: list[int] = []
 
-    def write(self, value: Any, schema: Any) -> Written:
-        """Feed ``value`` (as the grammar's current state expects it) and the stop token."""
+    def write(self, value: Any) -> Written:
+        """Feed ``value`` and the stop token; a writer writes one instance."""
         if isinstance(value, RawText):
             self._emit((value.text,))
         else:
-            self._value(value, schema, depth=0, lead=("",))
+            self._value(value, self._schema, depth=0, lead=("",))
         if self._refused_at is None and not self._stop():
             self._refused_at = self._length
         text = "".join(self._parts)
@@ -192,6 +195,17 @@ class InstanceWriter:
             return False
         self._tokens.append(self._stop_token)
         return self._grammar.is_terminated()
+
+
+def token_encoder(tokenizer: Any) -> Callable[[str], tuple[int, ...]]:
+    """The tokenizer's ids for a text, remembered: keys and values repeat across instances."""
+
+    @functools.lru_cache(maxsize=_ENCODE_CACHE)
+    def encode(text: str) -> tuple[int, ...]:
+        # A key or string that spells a special token is still plain text.
+        return tuple(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+    return encode
 
 
 def _allows(bitmask: torch.Tensor, token: int) -> bool:

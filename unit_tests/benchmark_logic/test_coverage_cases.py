@@ -30,7 +30,17 @@ from benchmarks.coverage.cases import (
     load_case,
     suite_folder,
 )
-from benchmarks.coverage.key_order import SchemaNavigator
+from benchmarks.coverage.report import build_report, render_overview
+from benchmarks.coverage.results import (
+    COMPILED,
+    PATHS,
+    PLUGIN_PATH,
+    VLLM_XGRAMMAR_PATH,
+    CaseRef,
+    PathResult,
+    SchemaResult,
+    WrongResult,
+)
 from benchmarks.coverage.writer import InstanceWriter, Layout, Written
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +75,45 @@ def test_the_headline_counts_the_shared_collections_when_a_run_has_them() -> Non
     assert headline_suites(SUITES) == SHARED_SUITES
     assert headline_suites([PROJECT_CASES, TEST_SUITE]) == (TEST_SUITE,)
     assert headline_suites([PROJECT_CASES]) == (PROJECT_CASES,)
+
+
+def _result(name: str, suite: str, valid: int, accepted: int, *, lies: bool) -> SchemaResult:
+    ref = CaseRef(suite, f"{name}.json", 0, name, "", valid, 1)
+    paths = {
+        path: PathResult(path, COMPILED, valid_accepted=accepted, invalid_rejected=1 - lies)
+        for path in PATHS
+    }
+    if lies:
+        paths[VLLM_XGRAMMAR_PATH].invalid_rejected = 0
+        paths[VLLM_XGRAMMAR_PATH].wrong.append(WrongResult(0, "lie", False, '{"a":}', None))
+    return SchemaResult(ref, paths)
+
+
+def test_the_overview_keeps_the_project_cases_out_of_the_headline() -> None:
+    results = [
+        _result("shared", TEST_SUITE, valid=2, accepted=2, lies=False),
+        _result("number-ranges", PROJECT_CASES, valid=3, accepted=1, lies=True),
+    ]
+    run = {
+        "suites": [TEST_SUITE, PROJECT_CASES],
+        "schemas": 2,
+        "whitespace": False,
+        "timeout_s": 10,
+        "workers": 2,
+        "duration_s": 60,
+        "versions": {},
+        "unenforced_keyword_error": True,
+        "plugin_settings": {},
+    }
+    report = build_report(results, run)
+    assert report["overall_suites"] == [TEST_SUITE]
+    overview = render_overview(report)
+    headline = next(line for line in overview.splitlines() if line.startswith(f"| {PLUGIN_PATH} "))
+    assert "| 2 / 2 (100.0%) |" in headline
+    assert f"those of {PROJECT_CASES} are in the per-collection table below" in overview
+    collections = [line for line in overview.splitlines() if line.startswith("| vllm-xgrammar |")]
+    # The headline's row, then the per-collection one: test-suite's, then the cases' with the lie.
+    assert collections[1] == "| vllm-xgrammar | 2 / 2 (100.0%) | 0 | 1 / 3 (33.3%) | 1 |"
 
 
 def test_a_text_instance_is_loaded_as_raw_text_and_counted_invalid() -> None:
@@ -130,11 +179,11 @@ def _write(grammar: _Grammar, text: str) -> Written:
         lambda piece: [ord(character) for character in piece],
         STOP,
         Layout(whitespace=False),
-        SchemaNavigator({}),
+        {},
         np.zeros((1, 4), dtype=np.int32),
         integer_forms=False,
     )
-    return writer.write(RawText(text), {})
+    return writer.write(RawText(text))
 
 
 def test_a_text_instance_is_fed_exactly_as_written() -> None:
