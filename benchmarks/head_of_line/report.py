@@ -33,10 +33,8 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
         part: [value for sample in samples if (value := getattr(sample, f"{part}_s")) is not None]
         for part in ("ttft", "wait", "step", "other")
     }
-    figures: dict[str, Any] = {
-        "requests": len(samples),
-        "failed": len(samples) - len(parts["ttft"]),
-    }
+    failed = len(samples) - len(parts["ttft"])
+    figures: dict[str, Any] = {"requests": len(samples), "failed": failed}
     for part, values in parts.items():
         figures[f"{part}_p50_s"] = quantile(values, 50)
         figures[f"{part}_p99_s"] = quantile(values, 99)
