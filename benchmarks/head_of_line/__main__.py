@@ -28,9 +28,8 @@ def _apply_env(extra: dict[str, str]) -> None:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    given = {name: getattr(args, name) for name in WORKLOAD_OPTIONS}
-    preset = QUICK if args.quick else FULL
-    return dataclasses.replace(preset, **{k: v for k, v in given.items() if v is not None})
+    given = {name: value for name in WORKLOAD_OPTIONS if (value := getattr(args, name)) is not None}
+    return dataclasses.replace(QUICK if args.quick else FULL, **given)
 
 
 def _parser() -> argparse.ArgumentParser:

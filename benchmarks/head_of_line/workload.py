@@ -71,8 +71,8 @@ def new_small_schema(name: str) -> Schema:
 def slow_schema(name: str, max_lengths: Sequence[int]) -> Schema:
     """Seconds to compile against a 129k vocabulary; each string's bound must be new, or
     xgrammar's own cache (on in vLLM's backend) compiles it in milliseconds."""
-    strings = enumerate(max_lengths)
-    return _object({f"note_{name}_{i}": _string(maxLength=length) for i, length in strings})
+    numbered = enumerate(max_lengths)
+    return _object({f"note_{name}_{i}": _string(maxLength=length) for i, length in numbered})
 
 
 @dataclass(frozen=True)
