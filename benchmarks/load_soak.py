@@ -12,7 +12,6 @@ import itertools
 import random
 import statistics
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import psutil
 from benchmarks import cli
+from benchmarks.provenance import REPO
 from harness.bad_input.builders import completion, constrained
 from harness.bad_input.case import SERVER_ARGS, Case, Outcome, Reply, json_output
 from harness.bad_input.corpus import CORPUS
@@ -30,8 +30,6 @@ from harness.server import ApiServer, engine_core_process, start_api_server
 
 from grammar_guard.demo.tiny_model import build_tiny_model
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_JSON = REPO / "build" / "load_soak.json"
 MIB = float(1 << 20)
 # Bad requests are about refusal under load, not upload size.
 MAX_BAD_BODY_BYTES = 64 << 10
@@ -139,13 +137,24 @@ class Sample:
     answered: int
 
 
-@dataclass
-class Tally:
-    """Per-kind counts of how requests ended, and a few lost or wrong ones to show."""
+def _failed_step(steps: list[str]) -> str:
+    """The step of the exchange that failed, from httpcore's trace of it."""
+    return next((step for step in steps if step.endswith(".failed")), "no failed step traced")
 
-    ended: Counter[str] = field(default_factory=Counter)
+
+@dataclass
+class _Run:
+    """One soak against a server: what it sent, how each request ended, RSS as it went."""
+
+    server: ApiServer
+    engine: psutil.Process
+    config: SoakConfig
+    ended: Counter[str] = field(default_factory=Counter)  # how requests ended, also per kind
     latencies_s: list[float] = field(default_factory=list)
-    examples: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)  # a few lost or wrong ones to show
+    samples: list[Sample] = field(default_factory=list)
+    flat: asyncio.Event = field(default_factory=asyncio.Event)
+    started: float = field(default_factory=time.monotonic)
 
     def record(self, kind: str, result: str, latency_s: float, detail: str = "") -> None:
         self.ended[f"{kind}:{result}"] += 1
@@ -154,129 +163,101 @@ class Tally:
         if detail and len(self.examples) < 10:
             self.examples.append(detail)
 
+    async def send(self, client: httpx.AsyncClient, planned: Planned) -> None:
+        started = time.monotonic()
+        steps: list[str] = []  # httpcore's trace of this request: where a lost one broke
 
-async def _send(
-    client: httpx.AsyncClient, model: str, planned: Planned, tally: Tally, run_started: float
-) -> None:
-    started = time.monotonic()
-    steps: list[str] = []  # httpcore's trace of this request: where a lost one broke
+        async def trace(event: str, _info: dict[str, Any]) -> None:
+            steps.append(event)
 
-    async def trace(event: str, _info: dict[str, Any]) -> None:
-        steps.append(event)
-
-    try:
-        response = await client.post(
-            planned.case.endpoint,
-            content=planned.case.body(model),
-            headers={"Content-Type": "application/json"},
-            extensions={"trace": trace},
-        )
-    except httpx.HTTPError as exc:
-        detail = (
-            f"{planned.case.name}, sent {started - run_started:.1f} s into the run, "
-            f"after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc} "
-            f"({_failed_step(steps)})"
-        )
-        tally.record(planned.kind, "lost", time.monotonic() - started, detail[:300])
-        return
-    latency = time.monotonic() - started
-    reply = Reply.parse(response.status_code, response.content)
-    try:
-        planned.case.verify(reply)
-    except AssertionError as exc:
-        tally.record(planned.kind, "wrong", latency, f"{planned.case.name}: {exc}"[:300])
-        return
-    tally.record(planned.kind, "ok", latency)
-
-
-def _failed_step(steps: list[str]) -> str:
-    """The step of the exchange that failed, from httpcore's trace of it."""
-    return next((step for step in steps if step.endswith(".failed")), "no failed step traced")
-
-
-async def _sample(
-    server: ApiServer, engine: psutil.Process, started: float, tally: Tally
-) -> Sample:
-    metrics = await asyncio.to_thread(server.metrics)
-    return Sample(
-        at_s=time.monotonic() - started,
-        rss_mib=engine.memory_info().rss / MIB,
-        cache_mib=metrics.get("grammar_guard_cache_bytes", 0.0) / MIB,
-        cache_entries=int(metrics.get("grammar_guard_cache_entries", 0)),
-        evictions=int(metrics.get("grammar_guard_evictions_total", 0)),
-        compiles=int(metrics.get("grammar_guard_compiles_total", 0)),
-        answered=len(tally.latencies_s),
-    )
-
-
-async def _send_until_stopped(
-    client: httpx.AsyncClient,
-    server: ApiServer,
-    config: SoakConfig,
-    tally: Tally,
-    flat: asyncio.Event,
-    started: float,
-) -> str:
-    """Send until ``flat`` is set or a cap is reached; why it stopped."""
-    gate = asyncio.Semaphore(config.concurrency)
-    in_flight: set[asyncio.Task[None]] = set()
-
-    async def one(item: Planned) -> None:
+        case = planned.case
         try:
-            await _send(client, server.model, item, tally, started)
-        finally:
-            gate.release()
+            response = await client.post(
+                case.endpoint,
+                content=case.body(self.server.model),
+                headers={"Content-Type": "application/json"},
+                extensions={"trace": trace},
+            )
+        except httpx.HTTPError as exc:
+            detail = (
+                f"{case.name}, sent {started - self.started:.1f} s into the run, "
+                f"after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc} "
+                f"({_failed_step(steps)})"
+            )
+            self.record(planned.kind, "lost", time.monotonic() - started, detail[:300])
+            return
+        latency = time.monotonic() - started
+        try:
+            case.verify(Reply.parse(response.status_code, response.content))
+        except AssertionError as exc:
+            self.record(planned.kind, "wrong", latency, f"{case.name}: {exc}"[:300])
+            return
+        self.record(planned.kind, "ok", latency)
 
-    planned = itertools.islice(planned_requests(config, server.model), config.max_requests)
-    stopped_by = "max requests"
-    for item in planned:
-        await gate.acquire()
-        if flat.is_set() or time.monotonic() - started >= config.max_duration_s:
-            gate.release()
-            stopped_by = "flat memory" if flat.is_set() else "max duration"
-            break
-        task = asyncio.create_task(one(item))
-        in_flight.add(task)
-        task.add_done_callback(in_flight.discard)
-    await asyncio.gather(*in_flight)
-    return stopped_by
-
-
-async def _drive(
-    server: ApiServer, engine: psutil.Process, config: SoakConfig
-) -> tuple[Tally, list[Sample], str, float, MemoryTrend]:
-    """What the run did, its samples, why it stopped, how long it took, its memory verdict.
-
-    A run stopped by a flat window is judged on that window, not on the samples after it.
-    """
-    tally = Tally()
-    samples: list[Sample] = []
-    flat = asyncio.Event()
-    started = time.monotonic()
-    # A connection for each request: httpcore's pool can close a kept-alive
-    # connection it has just handed to a request whose task the load delays
-    # (encode/httpcore#1110), and that request would look lost by the server.
-    limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=0)
-    timeout = httpx.Timeout(config.request_timeout_s)
-
-    async with httpx.AsyncClient(
-        base_url=server.base_url, limits=limits, timeout=timeout
-    ) as client:
-        sending = asyncio.create_task(
-            _send_until_stopped(client, server, config, tally, flat, started)
+    async def sample(self) -> None:
+        metrics = await asyncio.to_thread(self.server.metrics)
+        self.samples.append(
+            Sample(
+                at_s=time.monotonic() - self.started,
+                rss_mib=self.engine.memory_info().rss / MIB,
+                cache_mib=metrics.get("grammar_guard_cache_bytes", 0.0) / MIB,
+                cache_entries=int(metrics.get("grammar_guard_cache_entries", 0)),
+                evictions=int(metrics.get("grammar_guard_evictions_total", 0)),
+                compiles=int(metrics.get("grammar_guard_compiles_total", 0)),
+                answered=len(self.latencies_s),
+            )
         )
-        stopping: MemoryTrend | None = None
-        while not sending.done():
-            samples.append(await _sample(server, engine, started, tally))
-            trend = memory_trend(samples, config.requests)
-            if trend.flat and stopping is None:
-                stopping = trend
-                flat.set()
-            await asyncio.wait([sending], timeout=config.sample_interval_s)
-        stopped_by = await sending
-    samples.append(await _sample(server, engine, started, tally))
-    seconds = time.monotonic() - started
-    return tally, samples, stopped_by, seconds, stopping or memory_trend(samples, config.requests)
+
+    async def send_until_stopped(self, client: httpx.AsyncClient) -> str:
+        """Send until ``flat`` is set or a cap is reached; why it stopped."""
+        config = self.config
+        gate = asyncio.Semaphore(config.concurrency)
+        in_flight: set[asyncio.Task[None]] = set()
+
+        async def one(item: Planned) -> None:
+            try:
+                await self.send(client, item)
+            finally:
+                gate.release()
+
+        planned = planned_requests(config, self.server.model)
+        stopped_by = "max requests"
+        for item in itertools.islice(planned, config.max_requests):
+            await gate.acquire()
+            if self.flat.is_set() or time.monotonic() - self.started >= config.max_duration_s:
+                gate.release()
+                stopped_by = "flat memory" if self.flat.is_set() else "max duration"
+                break
+            task = asyncio.create_task(one(item))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        await asyncio.gather(*in_flight)
+        return stopped_by
+
+    async def drive(self) -> tuple[str, MemoryTrend]:
+        """Why the run stopped, and its memory verdict: a run stopped by a flat window is judged
+        on that window, not on the samples after it."""
+        # A connection for each request: httpcore's pool can close a kept-alive
+        # connection it has just handed to a request whose task the load delays
+        # (encode/httpcore#1110), and that request would look lost by the server.
+        limits = httpx.Limits(max_connections=self.config.concurrency, max_keepalive_connections=0)
+        timeout = httpx.Timeout(self.config.request_timeout_s)
+        window = self.config.requests
+        async with httpx.AsyncClient(
+            base_url=self.server.base_url, limits=limits, timeout=timeout
+        ) as client:
+            sending = asyncio.create_task(self.send_until_stopped(client))
+            stopping: MemoryTrend | None = None
+            while not sending.done():
+                await self.sample()
+                trend = memory_trend(self.samples, window)
+                if trend.flat and stopping is None:
+                    stopping = trend
+                    self.flat.set()
+                await asyncio.wait([sending], timeout=self.config.sample_interval_s)
+            stopped_by = await sending
+        await self.sample()
+        return stopped_by, stopping or memory_trend(self.samples, window)
 
 
 @dataclass(frozen=True)
@@ -362,25 +343,15 @@ class SoakResult:
         return 0 if survived else 1
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "date": str(date.today()),
-            **asdict(self),
-            "memory": {
-                **asdict(self.memory),
-                "kept_mib": self.memory.kept_mib,
-                "flat": self.memory.flat,
-            },
-            "lost": self.lost,
-            "wrong": self.wrong,
-            "restarts": self.restarts,
-        }
+        memory = {**asdict(self.memory), "kept_mib": self.memory.kept_mib, "flat": self.memory.flat}
+        counts = {"lost": self.lost, "wrong": self.wrong, "restarts": self.restarts}
+        return {"date": str(date.today()), **asdict(self), "memory": memory, **counts}
 
 
 def _healthy(server: ApiServer) -> bool:
     try:
-        with urllib.request.urlopen(server.base_url + "/health", timeout=10) as response:
-            return response.status == 200
-    except OSError:
+        return httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+    except httpx.HTTPError:
         return False
 
 
@@ -393,22 +364,22 @@ def _engine_pid_after(server: ApiServer) -> int | None:
 
 def run_soak(server: ApiServer, config: SoakConfig) -> SoakResult:
     """Drive ``server`` (started with ``config.server_env()``) and measure it."""
-    engine = engine_core_process(server)
-    tally, samples, stopped_by, seconds, memory = asyncio.run(_drive(server, engine, config))
-    latencies = sorted(tally.latencies_s) or [0.0]
+    run = _Run(server, engine_core_process(server), config)
+    stopped_by, memory = asyncio.run(run.drive())
+    latencies = sorted(run.latencies_s) or [0.0]
     return SoakResult(
         config=config,
-        seconds=seconds,
+        seconds=time.monotonic() - run.started,
         stopped_by=stopped_by,
-        ended=dict(tally.ended),
-        failure_examples=tally.examples,
+        ended=dict(run.ended),
+        failure_examples=run.examples,
         latency_p50_s=latencies[len(latencies) // 2],
         latency_p99_s=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-        engine_pid_before=engine.pid,
+        engine_pid_before=run.engine.pid,
         engine_pid_after=_engine_pid_after(server),
         healthy_after=_healthy(server),
         memory=memory,
-        samples=samples,
+        samples=run.samples,
     )
 
 
@@ -417,7 +388,7 @@ def markdown(result: SoakResult) -> str:
     bound = "never" if memory.bound_reached_s is None else f"{memory.bound_reached_s:.0f} s"
     measured = "never" if memory.measured_from_s is None else f"{memory.measured_from_s:.0f} s"
     lines = [
-        f"Load soak, {result.as_json()['date']}: memory judged over the last "
+        f"Load soak, {date.today()}: memory judged over the last "
         f"{config.requests} requests, at most {config.max_requests} sent, "
         f"{config.concurrency} at once, max_tokens={config.max_tokens}, "
         f"GRAMMAR_GUARD_CACHE_MB={config.cache_mb:g}; stopped by {result.stopped_by} "
@@ -441,14 +412,14 @@ def markdown(result: SoakResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-OPTIONS = ("requests", "max_requests", "concurrency", "max_duration_s", "bad_share")
-OPTIONS += ("new_schema_share", "max_tokens", "cache_mb", "seed")
+# The documented options (docs/reliability.md); the other fields keep their defaults.
+OPTIONS = ("requests", "max_requests", "concurrency", "max_duration_s", "cache_mb")
 
 
 def main() -> None:
     parser = cli.parser(__doc__)
     cli.add_fields(parser, SoakConfig(), *OPTIONS)
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--json", type=Path, default=REPO / "build" / "load_soak.json")
     args = parser.parse_args()
     config = cli.fields_of(args, SoakConfig, *OPTIONS)
     with start_api_server(str(build_tiny_model()), *SERVER_ARGS, env=config.server_env()) as server:

@@ -10,42 +10,26 @@ import time
 from pathlib import Path
 
 from benchmarks import cli
-from benchmarks.head_of_line.report import (
-    breakdown_table,
-    caption,
-    goal_line,
-    headline_table,
-    markdown,
-    run_record,
-)
+from benchmarks.head_of_line.report import breakdown_table, markdown, run_record
 from benchmarks.head_of_line.run import BACKENDS, run
 from benchmarks.head_of_line.workload import FULL, QUICK, Workload
 from benchmarks.provenance import REPO
 
-DEFAULT_JSON = REPO / "build" / "head_of_line.json"
+# The options that replace a field of the preset workload, by the field they set.
+WORKLOAD_OPTIONS = ("block_s", "rounds", "rate_per_s", "slow_every_s")
 
 
 def _apply_env(extra: dict[str, str]) -> None:
     """The engines' settings; the engine-core processes inherit them when they start."""
     from grammar_guard.demo.engine import ENGINE_ENV
 
-    for name, value in ENGINE_ENV.items():
-        os.environ.setdefault(name, value)
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # the engine core in its own process
-    os.environ.update(extra)
+    # ENGINE_ENV unless this environment sets them; the engine core in its own process.
+    os.environ.update({**ENGINE_ENV, **os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", **extra})
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    workload = QUICK if args.quick else FULL
-    overrides = {
-        "block_s": args.block,
-        "rounds": args.rounds,
-        "rate_per_s": args.rate,
-        "slow_every_s": args.slow_every,
-    }
-    return dataclasses.replace(
-        workload, **{name: value for name, value in overrides.items() if value is not None}
-    )
+    given = {name: value for name in WORKLOAD_OPTIONS if (value := getattr(args, name)) is not None}
+    return dataclasses.replace(QUICK if args.quick else FULL, **given)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,41 +39,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quick", action="store_true", help="one round of 15 s blocks")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
-    parser.add_argument("--block", type=float, help="seconds per block")
+    parser.add_argument("--block", type=float, dest="block_s", help="seconds per block")
     parser.add_argument("--rounds", type=int, help="rounds of an alone and a loaded block")
     parser.add_argument(
         "--rate",
         type=float,
+        dest="rate_per_s",
         help="simple requests per second (default: half what the first engine serves, at most 8)",
     )
-    parser.add_argument("--slow-every", type=float, help="seconds between slow requests")
+    parser.add_argument(
+        "--slow-every", type=float, dest="slow_every_s", help="seconds between slow requests"
+    )
     parser.add_argument(
         "--env", action="append", default=[], type=cli.env_pair, metavar="NAME=VALUE"
     )
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="every sample")
+    parser.add_argument(
+        "--json", type=Path, default=REPO / "build" / "head_of_line.json", help="every sample"
+    )
     return parser
 
 
 def main() -> None:
     args = _parser().parse_args()
-    workload = _workload(args)
     env = dict(args.env)
     _apply_env(env)
-
     started, load = time.perf_counter(), os.getloadavg()
     results, workload, calibration = asyncio.run(
-        run(args.backends, workload, calibrate_rate=args.rate is None)
+        run(args.backends, _workload(args), calibrate_rate=args.rate_per_s is None)
     )
     report = run_record(workload, calibration, env, results, started, load)
     cli.write_json(args.json, report)
-    print(caption(workload, report))
-    print()
-    print(headline_table(report["summary"]))
-    print()
+    cli.publish(markdown(workload, report), args.markdown)
     print(breakdown_table(report["summary"]))
-    if goal := goal_line(report["summary"], workload.rate_per_s):
-        print(f"\n{goal}")
-    cli.write(args.markdown, markdown(workload, report))
     print(f"\n{report['seconds']:.0f} s in all; samples: {args.json}")
 
 

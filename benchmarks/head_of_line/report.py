@@ -7,24 +7,17 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Container
 from datetime import date
 from typing import Any
 
-from benchmarks.head_of_line.run import Calibration
-from benchmarks.head_of_line.stream import (
-    ALONE,
-    LOADED,
-    SIMPLE,
-    Results,
-    Sample,
-    of_kinds,
-    present,
-)
-from benchmarks.head_of_line.workload import Kind, Workload
+from benchmarks.head_of_line.run import Calibration, Results, Sample
+from benchmarks.head_of_line.workload import ALONE, LOADED, SIMPLE, Kind, Workload
 
 GOAL_BACKEND = "grammar-guard"
 P99_GOAL = 1.5  # how much the slow schemas may move the simple requests' p99
 QUEUED_STEPS = 2.0  # a cache hit waiting longer than this many steps was queued
+Summary = dict[str, dict[str, Any]]
 
 
 def quantile(values: list[float], q: int) -> float:
@@ -35,53 +28,52 @@ def quantile(values: list[float], q: int) -> float:
 
 
 def summarize(samples: list[Sample]) -> dict[str, Any]:
-    ttfts = present([sample.ttft_s for sample in samples])
-    figures: dict[str, Any] = {"requests": len(samples), "failed": len(samples) - len(ttfts)}
+    """p50 and p99 of each part of the TTFT; a request that failed has no figures."""
     parts = {
-        "ttft": ttfts,
-        "wait": present([sample.wait_s for sample in samples]),
-        "step": present([sample.step_s for sample in samples]),
-        "other": present([sample.other_s for sample in samples]),
+        part: [value for sample in samples if (value := getattr(sample, f"{part}_s")) is not None]
+        for part in ("ttft", "wait", "step", "other")
     }
-    for name, values in parts.items():
-        figures[f"{name}_p50_s"] = quantile(values, 50)
-        figures[f"{name}_p99_s"] = quantile(values, 99)
-    figures["ttft_max_s"] = max(ttfts, default=math.nan)
+    failed = len(samples) - len(parts["ttft"])
+    figures: dict[str, Any] = {"requests": len(samples), "failed": failed}
+    for part, values in parts.items():
+        figures[f"{part}_p50_s"] = quantile(values, 50)
+        figures[f"{part}_p99_s"] = quantile(values, 99)
+    figures["ttft_max_s"] = max(parts["ttft"], default=math.nan)
     figures["send_lag_max_s"] = max((sample.send_lag_s for sample in samples), default=0.0)
     return figures
 
 
-def summaries(results: Results) -> dict[str, dict[str, Any]]:
+def _of_kinds(samples: list[Sample], kinds: Container[str]) -> list[Sample]:
+    return [sample for sample in samples if sample.kind in kinds]
+
+
+def summaries(results: Results) -> Summary:
     """Per backend: the simple stream per block and per kind, the slow requests, the ratios."""
-    table: dict[str, dict[str, Any]] = {}
+    table: Summary = {}
     for backend, blocks in results.items():
-        simple = {block: summarize(of_kinds(samples, SIMPLE)) for block, samples in blocks.items()}
-        by_kind = {
-            block: {
-                kind: summarize(of_kinds(samples, frozenset({kind}))) for kind in sorted(SIMPLE)
-            }
-            for block, samples in blocks.items()
-        }
+        simple = {block: summarize(_of_kinds(samples, SIMPLE)) for block, samples in blocks.items()}
         table[backend] = {
             "simple": simple,
-            "simple_by_kind": by_kind,
-            "slow": summarize(of_kinds(blocks[LOADED], frozenset({Kind.SLOW.value}))),
+            "simple_by_kind": {
+                block: {kind: summarize(_of_kinds(samples, {kind})) for kind in sorted(SIMPLE)}
+                for block, samples in blocks.items()
+            },
+            "slow": summarize(_of_kinds(blocks[LOADED], {Kind.SLOW.value})),
             "p50_ratio": simple[LOADED]["ttft_p50_s"] / simple[ALONE]["ttft_p50_s"],
             "p99_ratio": simple[LOADED]["ttft_p99_s"] / simple[ALONE]["ttft_p99_s"],
         }
     return table
 
 
-def goal_line(table: dict[str, dict[str, Any]], rate_per_s: float) -> str | None:
+def goal_line(table: Summary, rate_per_s: float) -> str | None:
     """Default grammar-guard's verdict, and whether the run could test it at all."""
     row = table.get(GOAL_BACKEND)
     if row is None:
         return None
     ratio = row["p99_ratio"]
-    verdict = "met" if ratio <= P99_GOAL else "not met"
     line = (
         f"Goal, the slow schemas move {GOAL_BACKEND}'s p99 by at most {P99_GOAL:.1f}x: "
-        f"{ratio:.2f}x, {verdict}."
+        f"{ratio:.2f}x, {'met' if ratio <= P99_GOAL else 'not met'}."
     )
     # A cache hit is scheduled in the step after it arrives; waiting several
     # steps means the queue grew without any slow request: the engine could
@@ -101,7 +93,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
 
-def headline_table(table: dict[str, dict[str, Any]]) -> str:
+def headline_table(table: Summary) -> str:
     lines = [
         "| backend | p50 alone (ms) | p99 alone (ms) | p50 with slow (ms) | p99 with slow (ms) "
         "| p50 ratio | p99 ratio | failed |",
@@ -109,16 +101,16 @@ def headline_table(table: dict[str, dict[str, Any]]) -> str:
     ]
     for backend, row in table.items():
         alone, loaded = row["simple"][ALONE], row["simple"][LOADED]
-        failed = alone["failed"] + loaded["failed"]
         lines.append(
             f"| {backend} | {_ms(alone['ttft_p50_s'])} | {_ms(alone['ttft_p99_s'])} "
             f"| {_ms(loaded['ttft_p50_s'])} | {_ms(loaded['ttft_p99_s'])} "
-            f"| {row['p50_ratio']:.2f}x | {row['p99_ratio']:.2f}x | {failed} |"
+            f"| {row['p50_ratio']:.2f}x | {row['p99_ratio']:.2f}x "
+            f"| {alone['failed'] + loaded['failed']} |"
         )
     return "\n".join(lines)
 
 
-def breakdown_table(table: dict[str, dict[str, Any]]) -> str:
+def breakdown_table(table: Summary) -> str:
     """Where each kind's TTFT goes: waiting to be scheduled, the first step, the rest."""
     lines = [
         "| backend | block | requests | TTFT p50 | TTFT p99 | wait p99 | step p99 | other p99 |",
@@ -126,17 +118,16 @@ def breakdown_table(table: dict[str, dict[str, Any]]) -> str:
     ]
     for backend, row in table.items():
         rows = [
-            (block, f"{kind} ({figures['requests']})", figures)
+            (block, kind, figures)
             for block, kinds in row["simple_by_kind"].items()
             for kind, figures in kinds.items()
         ]
-        slow = row["slow"]
-        rows.append((LOADED, f"slow ({slow['requests']})", slow))
-        for block, label, figures in rows:
+        for block, kind, figures in [*rows, (LOADED, "slow", row["slow"])]:
             lines.append(
-                f"| {backend} | {block} | {label} | {_ms(figures['ttft_p50_s'])} "
-                f"| {_ms(figures['ttft_p99_s'])} | {_ms(figures['wait_p99_s'])} "
-                f"| {_ms(figures['step_p99_s'])} | {_ms(figures['other_p99_s'])} |"
+                f"| {backend} | {block} | {kind} ({figures['requests']}) "
+                f"| {_ms(figures['ttft_p50_s'])} | {_ms(figures['ttft_p99_s'])} "
+                f"| {_ms(figures['wait_p99_s'])} | {_ms(figures['step_p99_s'])} "
+                f"| {_ms(figures['other_p99_s'])} |"
             )
     return "\n".join(lines)
 
@@ -162,8 +153,7 @@ def run_record(
         "summary": summaries(results),
         "samples": {
             backend: {
-                block: [dataclasses.asdict(sample) for sample in samples]
-                for block, samples in blocks.items()
+                block: list(map(dataclasses.asdict, samples)) for block, samples in blocks.items()
             }
             for backend, blocks in results.items()
         },
@@ -171,22 +161,19 @@ def run_record(
 
 
 def caption(workload: Workload, report: dict[str, Any]) -> str:
-    load = report["load_average"]
-    return (
-        f"Tiny model, {workload.rounds} x {workload.block_s:g} s per block, "
-        f"{workload.rate_per_s:g} simple requests/s{_rate_source(report['calibration'])}, "
-        f"a slow schema every {workload.slow_every_s:g} s, {report['date']}, load average "
-        f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after"
-    )
-
-
-def _rate_source(calibration: dict[str, Any] | None) -> str:
-    if calibration is None:
-        return ""
-    return (
-        f" (set by the run: {calibration['backend']} served bursts of "
+    load, calibration = report["load_average"], report["calibration"]
+    rate_source = (
+        ""
+        if calibration is None
+        else f" (set by the run: {calibration['backend']} served bursts of "
         f"{calibration['burst_requests']} cache hits at "
         f"{calibration['served_per_s']:.1f} requests/s)"
+    )
+    return (
+        f"Tiny model, {workload.rounds} x {workload.block_s:g} s per block, "
+        f"{workload.rate_per_s:g} simple requests/s{rate_source}, "
+        f"a slow schema every {workload.slow_every_s:g} s, {report['date']}, load average "
+        f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after"
     )
 
 

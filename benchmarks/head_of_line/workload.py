@@ -12,6 +12,8 @@ from enum import StrEnum
 from typing import Any
 
 Schema = dict[str, Any]
+ALONE, LOADED = "alone", "with slow"
+BLOCKS = (ALONE, LOADED)
 # Sampling seeds per round: the simple stream counts up from the round's
 # first, the slow requests take the round's last ones.
 SEEDS_PER_ROUND = 100_000
@@ -34,58 +36,43 @@ class Kind(StrEnum):
     SLOW = "slow"  # long bounded strings, never seen before: seconds of compile
 
 
+SIMPLE = frozenset({Kind.REPEATED.value, Kind.NEW_SMALL.value})
+
+
 def _object(properties: Schema) -> Schema:
     return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def _integer(minimum: int, maximum: int) -> Schema:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum}
+
+
+def _string(**bounds: Any) -> Schema:
+    return {"type": "string", **bounds}
 
 
 # Small and bounded, so a random-weight model closes them within a few tokens
 # of compact JSON: enums, bounded integers, short strings, short arrays.
 REPEATED_SCHEMAS: tuple[Schema, ...] = (
-    _object(
-        {
-            "color": {"enum": ["red", "green", "blue"]},
-            "n": {"type": "integer", "minimum": 0, "maximum": 99},
-        }
-    ),
-    _object(
-        {
-            "name": {"type": "string", "maxLength": 8},
-            "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        }
-    ),
+    _object({"color": {"enum": ["red", "green", "blue"]}, "n": _integer(0, 99)}),
+    _object({"name": _string(maxLength=8), "age": _integer(0, 120)}),
     _object({"ok": {"type": "boolean"}}),
     _object({"tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}),
-    _object(
-        {
-            "city": {"enum": ["Oslo", "Lima", "Pune"]},
-            "zip": {"type": "string", "pattern": "^[0-9]{4}$"},
-        }
-    ),
-    _object(
-        {"level": {"type": "integer", "minimum": -5, "maximum": 5}, "done": {"type": "boolean"}}
-    ),
+    _object({"city": {"enum": ["Oslo", "Lima", "Pune"]}, "zip": _string(pattern="^[0-9]{4}$")}),
+    _object({"level": _integer(-5, 5), "done": {"type": "boolean"}}),
 )
 
 
 def new_small_schema(name: str) -> Schema:
     """A small schema no engine has seen: a fresh property name makes a fresh cache key."""
-    return _object(
-        {
-            f"field_{name}": {"enum": ["x", "y", "z"]},
-            "n": {"type": "integer", "minimum": 0, "maximum": 9},
-        }
-    )
+    return _object({f"field_{name}": {"enum": ["x", "y", "z"]}, "n": _integer(0, 9)})
 
 
 def slow_schema(name: str, max_lengths: Sequence[int]) -> Schema:
     """Seconds to compile against a 129k vocabulary; each string's bound must be new, or
     xgrammar's own cache (on in vLLM's backend) compiles it in milliseconds."""
-    return _object(
-        {
-            f"note_{name}_{i}": {"type": "string", "maxLength": length}
-            for i, length in enumerate(max_lengths)
-        }
-    )
+    numbered = enumerate(max_lengths)
+    return _object({f"note_{name}_{i}": _string(maxLength=length) for i, length in numbered})
 
 
 @dataclass(frozen=True)
@@ -100,15 +87,20 @@ class Arrival:
 @dataclass(frozen=True)
 class Workload:
     """``rounds`` rounds of two blocks, alone and with slow requests, the simple stream the
-    same in both; every schema a function of its round and place (docs/head-of-line.md)."""
+    same in both; every schema a function of its round and place (docs/head-of-line.md).
 
-    block_s: float
-    rounds: int
-    rate_per_s: float  # simple requests, Poisson arrivals
-    new_small_share: float  # of simple requests
-    slow_every_s: float
-    slow_strings: tuple[int, ...]  # strings per slow schema, used in turn
-    slow_max_length: int  # the first string's bound; each later one is one longer
+    The defaults are the full run's. A slow schema every 7.5 s, alternately one and two new
+    long strings: about 2.5 s and 5 s of compile each on an idle 2-core machine, so vLLM's
+    single grammar thread is busy about half of a loaded block and keeps up.
+    """
+
+    block_s: float = 30.0
+    rounds: int = 2
+    rate_per_s: float = 8.0  # simple requests, Poisson arrivals
+    new_small_share: float = 0.1  # of simple requests
+    slow_every_s: float = 7.5
+    slow_strings: tuple[int, ...] = (1, 2)  # strings per slow schema, used in turn
+    slow_max_length: int = 300  # the first string's bound; each later one is one longer
     simple_max_tokens: int = 32
     slow_max_tokens: int = 16
     seed: int = 0
@@ -119,11 +111,6 @@ class Workload:
         if with_slow:
             arrivals += self._slow(round_index)
         return sorted(arrivals, key=lambda arrival: arrival.at_s)
-
-    def slow_times(self) -> list[float]:
-        """When the slow requests of a block are due: evenly, from half a period in."""
-        due = itertools.count(self.slow_every_s / 2, self.slow_every_s)
-        return list(itertools.takewhile(lambda at: at < self.block_s, due))
 
     def warm_up(self) -> list[Arrival]:
         """Every repeated schema once, so the blocks start with them cached, and a new one."""
@@ -136,15 +123,10 @@ class Workload:
 
     def burst(self) -> list[Arrival]:
         """Cache hits all due at once, the repeated schemas in turn: the engine's capacity."""
+        schemas = itertools.cycle(REPEATED_SCHEMAS)
         return [
-            Arrival(
-                0.0,
-                Kind.REPEATED,
-                REPEATED_SCHEMAS[index % len(REPEATED_SCHEMAS)],
-                self.simple_max_tokens,
-                seed=CALIBRATION_SEED + index,
-            )
-            for index in range(BURST_REQUESTS)
+            Arrival(0.0, Kind.REPEATED, next(schemas), self.simple_max_tokens, seed)
+            for seed in range(CALIBRATION_SEED, CALIBRATION_SEED + BURST_REQUESTS)
         ]
 
     def _simple(self, round_index: int) -> list[Arrival]:
@@ -164,34 +146,21 @@ class Workload:
         return arrivals
 
     def _slow(self, round_index: int) -> list[Arrival]:
-        times = self.slow_times()
+        # Due evenly, from half a period in.
+        due = itertools.count(self.slow_every_s / 2, self.slow_every_s)
+        times = list(itertools.takewhile(lambda at: at < self.block_s, due))
         strings = [self.slow_strings[index % len(self.slow_strings)] for index in range(len(times))]
         # Bounds count up across the whole run: no two strings share one.
-        first_length = self.slow_max_length + round_index * sum(strings)
-        bounds = itertools.count(first_length)
+        bounds = itertools.count(self.slow_max_length + round_index * sum(strings))
         first_seed = (round_index + 1) * SEEDS_PER_ROUND - len(times)
-        return [
-            Arrival(
-                at,
-                Kind.SLOW,
-                slow_schema(f"{round_index}_{index}", list(itertools.islice(bounds, count))),
-                self.slow_max_tokens,
-                seed=first_seed + index,
+        arrivals: list[Arrival] = []
+        for index, (at, count) in enumerate(zip(times, strings, strict=True)):
+            schema = slow_schema(f"{round_index}_{index}", list(itertools.islice(bounds, count)))
+            arrivals.append(
+                Arrival(at, Kind.SLOW, schema, self.slow_max_tokens, first_seed + index)
             )
-            for index, (at, count) in enumerate(zip(times, strings, strict=True))
-        ]
+        return arrivals
 
 
-# A slow schema every 7.5 s, alternately one and two new long strings: about
-# 2.5 s and 5 s of compile each on an idle 2-core machine, so vLLM's single
-# grammar thread is busy about half of a loaded block and keeps up.
-FULL = Workload(
-    block_s=30.0,
-    rounds=2,
-    rate_per_s=8.0,
-    new_small_share=0.1,
-    slow_every_s=7.5,
-    slow_strings=(1, 2),
-    slow_max_length=300,
-)
+FULL = Workload()
 QUICK = replace(FULL, block_s=15.0, rounds=1)

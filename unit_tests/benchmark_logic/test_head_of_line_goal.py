@@ -7,8 +7,8 @@ requests measures queueing; its ratio must not read as a verdict on blocking.
 from __future__ import annotations
 
 from benchmarks.head_of_line.report import goal_line, summaries
-from benchmarks.head_of_line.stream import ALONE, LOADED, Sample
-from benchmarks.head_of_line.workload import Kind
+from benchmarks.head_of_line.run import Sample
+from benchmarks.head_of_line.workload import ALONE, LOADED, Kind
 
 
 def _hits(ttft_s: float, wait_s: float, step_s: float = 0.010) -> list[Sample]:
