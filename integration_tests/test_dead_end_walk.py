@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from benchmarks.coverage.cases import Selection, discover, load_case, sample_data_dir
 from harness.model import model_tokenizer
+from harness.schema_data.cases import Selection, discover, load_case, sample_data_dir
 
 from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.llguidance.engine import LLGuidanceEngine

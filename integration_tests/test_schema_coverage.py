@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pytest
 from benchmarks.coverage import Coverage, CoverageConfig, Selection, run_coverage
-from benchmarks.coverage.cases import sample_data_dir
 from benchmarks.coverage.report import REPORT_FILE, SUMMARY_FILE
 from benchmarks.coverage.results import (
     PATHS,
@@ -38,6 +37,7 @@ from benchmarks.coverage.results import (
     TIMEOUT,
     SchemaResult,
 )
+from harness.schema_data.cases import sample_data_dir
 
 DATA_DIR = sample_data_dir()
 KNOWN_LIMITATIONS = Path(__file__).resolve().parents[1] / "docs" / "known-limitations.md"

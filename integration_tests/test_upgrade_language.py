@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from benchmarks.coverage.cases import sample_data_dir
-from benchmarks.coverage.upgradable import routed_engine, upgradable_cases, write_instance
+from harness.schema_data.cases import sample_data_dir
+from harness.schema_data.upgradable import routed_engine, upgradable_cases, write_instance
 
 from grammar_guard.core.engine_names import EngineName
 from grammar_guard.core.engines.routed import RoutedEngine

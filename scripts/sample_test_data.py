@@ -13,7 +13,7 @@ sample is copied, byte for byte, holding:
    ``discover(data, Selection(limit=3))`` picks them: the dead-end walk's
    slice, the same in the sample as in the full collection;
 3. ``upgradable``: every schema routing would offer an upgrade for
-   (``benchmarks.coverage.upgradable.upgradable_cases``), so the upgrade-language
+   (``harness.schema_data.upgradable.upgradable_cases``), so the upgrade-language
    test checks the same schemas on the sample as on the full collection;
 4. ``random``: seeded random files of each category, until it holds
    ``PER_CATEGORY`` files.
@@ -68,8 +68,8 @@ def named_files(full: set[str], places: Iterable[Path]) -> set[str]:
 
 def first_files(source: Path) -> set[str]:
     """The first schemas of every jsonschemabench category, as the dead-end walk picks them."""
-    from benchmarks.coverage.cases import JSONSCHEMABENCH as SUITE
-    from benchmarks.coverage.cases import Selection, discover
+    from harness.schema_data.cases import JSONSCHEMABENCH as SUITE
+    from harness.schema_data.cases import Selection, discover
 
     selection = Selection(suites=(SUITE,), limit=FIRST_PER_CATEGORY)
     return {ref.file for ref in discover(source, selection)}
@@ -77,7 +77,7 @@ def first_files(source: Path) -> set[str]:
 
 def upgradable_files(source: Path) -> set[str]:
     """The jsonschemabench files with a schema whose compact key routing would upgrade."""
-    from benchmarks.coverage.upgradable import upgradable_cases
+    from harness.schema_data.upgradable import upgradable_cases
 
     prefix = f"{JSONSCHEMABENCH}/"
     names = (item.name for item in upgradable_cases(source))
@@ -86,8 +86,8 @@ def upgradable_files(source: Path) -> set[str]:
 
 def choose(source: Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """The sampled files with their reasons, and every full category's files."""
-    from benchmarks.coverage.cases import JSONSCHEMABENCH as SUITE
-    from benchmarks.coverage.cases import category_of
+    from harness.schema_data.cases import JSONSCHEMABENCH as SUITE
+    from harness.schema_data.cases import category_of
 
     full = sorted(path.name for path in (source / JSONSCHEMABENCH).glob("*.json"))
     by_category: dict[str, list[str]] = defaultdict(list)

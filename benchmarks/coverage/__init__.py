@@ -9,7 +9,7 @@ See docs/coverage.md.
     .venv/bin/python -m benchmarks.coverage --help
 """
 
-from benchmarks.coverage.cases import Selection
 from benchmarks.coverage.run import Coverage, CoverageConfig, run_coverage
+from harness.schema_data.cases import Selection
 
 __all__ = ["Coverage", "CoverageConfig", "Selection", "run_coverage"]

@@ -8,7 +8,10 @@ import time
 from pathlib import Path
 
 from benchmarks import cli
-from benchmarks.coverage.cases import (
+from benchmarks.coverage.report import render_overview
+from benchmarks.coverage.results import CRASH, TIMEOUT, SchemaResult
+from benchmarks.coverage.run import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, CoverageConfig, run_coverage
+from harness.schema_data.cases import (
     JSONSCHEMABENCH,
     PROJECT_CASES,
     SHARED_SUITES,
@@ -17,9 +20,6 @@ from benchmarks.coverage.cases import (
     Selection,
     data_dir_or_sample,
 )
-from benchmarks.coverage.report import render_overview
-from benchmarks.coverage.results import CRASH, TIMEOUT, SchemaResult
-from benchmarks.coverage.run import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, CoverageConfig, run_coverage
 
 # "both": the two shared collections; "all" adds the project's own cases.
 _SUITE_CHOICES = {

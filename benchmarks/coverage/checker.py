@@ -12,11 +12,11 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from benchmarks.coverage.cases import Case, NumberLiteral, RawText
 from benchmarks.coverage.masks import time_fills
 from benchmarks.coverage.paths import CompilePath, Refused, build_paths
 from benchmarks.coverage.results import COMPILED, PathResult, WrongResult
-from benchmarks.coverage.writer import InstanceWriter, Layout, Written, token_encoder
+from harness.schema_data.cases import Case, NumberLiteral, RawText
+from harness.schema_data.writer import InstanceWriter, Layout, Written, token_encoder
 
 # A wrong instance's text is kept in the report around where the grammar stopped.
 _EXCERPT_BEFORE = 160

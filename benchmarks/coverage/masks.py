@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
-    from benchmarks.coverage.writer import Grammar
+    from harness.schema_data.writer import Grammar
 
 # Fills timed per schema and path: a long instance costs no more than a few
 # hundred steps of decoding.

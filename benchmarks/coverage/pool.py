@@ -25,8 +25,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import load_case
-from benchmarks.coverage.results import CRASH, PATHS, TIMEOUT, CaseRef, PathResult, SchemaResult
+from benchmarks.coverage.results import CRASH, PATHS, TIMEOUT, PathResult, SchemaResult
+from harness.schema_data.cases import CaseRef, load_case
 
 PLUGIN_SETTINGS_PREFIX = "GRAMMAR_GUARD_"
 COMPILE_PHASE = "compile"

@@ -13,7 +13,6 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import SUITES, headline_suites
 from benchmarks.coverage.masks import MASK_PERCENTILES, LogHistogram
 from benchmarks.coverage.results import (
     ENGINES,
@@ -23,6 +22,7 @@ from benchmarks.coverage.results import (
     PathResult,
     SchemaResult,
 )
+from harness.schema_data.cases import SUITES, headline_suites
 
 REPORT_FILE = "report.json"
 SUMMARY_FILE = "summary.md"

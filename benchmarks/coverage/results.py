@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from benchmarks.coverage.masks import LogHistogram
+from harness.schema_data.cases import CaseRef
 
 # The plugin as it serves by default: each schema routed to the engine that
 # enforces it (GRAMMAR_GUARD_ENGINE=auto). Other code and the docs use the name.
@@ -30,23 +31,6 @@ CRASH = "crash"
 INVALID = "invalid"
 UNSUPPORTED = "unsupported"
 UNENFORCED_PREFIX = "unenforced:"
-
-
-@dataclass(frozen=True)
-class CaseRef:
-    """One schema of a data folder and how many instances come with it."""
-
-    suite: str  # one of cases.SUITES
-    file: str  # relative to the suite's folder
-    index: int  # the schema's position in its file (test-suite files hold several)
-    category: str
-    description: str
-    valid_total: int
-    invalid_total: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.suite}/{self.file}#{self.index}"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import Selection, discover, sample_data_dir
 from benchmarks.coverage.pool import (
     PLUGIN_SETTINGS_PREFIX,
     Limits,
@@ -26,6 +25,7 @@ from benchmarks.coverage.report import (
     write_report,
 )
 from benchmarks.coverage.results import SchemaResult
+from harness.schema_data.cases import Selection, discover, sample_data_dir
 
 # Long enough for all but the schemas with several long bounded strings
 # compiled without a cache, short enough for a default run of about half an

@@ -16,12 +16,23 @@ from typing import Any
 import numpy as np
 import pytest
 from benchmarks.coverage.__main__ import _arguments
-from benchmarks.coverage.cases import (
+from benchmarks.coverage.report import build_report, render_overview
+from benchmarks.coverage.results import (
+    COMPILED,
+    PATHS,
+    PLUGIN_PATH,
+    VLLM_XGRAMMAR_PATH,
+    PathResult,
+    SchemaResult,
+    WrongResult,
+)
+from harness.schema_data.cases import (
     PROJECT_CASES,
     SAMPLE_DATA_DIR,
     SHARED_SUITES,
     SUITES,
     TEST_SUITE,
+    CaseRef,
     NumberLiteral,
     RawText,
     Selection,
@@ -30,18 +41,7 @@ from benchmarks.coverage.cases import (
     load_case,
     suite_folder,
 )
-from benchmarks.coverage.report import build_report, render_overview
-from benchmarks.coverage.results import (
-    COMPILED,
-    PATHS,
-    PLUGIN_PATH,
-    VLLM_XGRAMMAR_PATH,
-    CaseRef,
-    PathResult,
-    SchemaResult,
-    WrongResult,
-)
-from benchmarks.coverage.writer import InstanceWriter, Layout, Written
+from harness.schema_data.writer import InstanceWriter, Layout, Written
 
 REPO = Path(__file__).resolve().parents[2]
 NUMBER_RANGES = "number-ranges.json"

@@ -17,16 +17,6 @@ from pathlib import Path
 
 import pytest
 from benchmarks.__main__ import main as benchmarks_main
-from benchmarks.coverage.cases import (
-    JSONSCHEMABENCH,
-    SAMPLE_DATA_DIR,
-    SAMPLE_MANIFEST,
-    Selection,
-    category_of,
-    data_dir_or_sample,
-    discover,
-    suite_folder,
-)
 from benchmarks.suite import (
     BENCHMARKS,
     NEEDS_DATA,
@@ -35,6 +25,16 @@ from benchmarks.suite import (
     command_line,
     run_benchmark,
     skip_reason,
+)
+from harness.schema_data.cases import (
+    JSONSCHEMABENCH,
+    SAMPLE_DATA_DIR,
+    SAMPLE_MANIFEST,
+    Selection,
+    category_of,
+    data_dir_or_sample,
+    discover,
+    suite_folder,
 )
 
 REPO = Path(__file__).resolve().parents[2]

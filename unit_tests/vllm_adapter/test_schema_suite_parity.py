@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import xgrammar as xgr
-from benchmarks.coverage.cases import SAMPLE_DATA_DIR
+from harness.schema_data.cases import SAMPLE_DATA_DIR
 from unit_tests.conftest import COMPACT
 from unit_tests.xgrammar_acceptance import accepted, compile_schema
 from vllm.v1.structured_output.backend_xgrammar import has_xgrammar_unsupported_json_features

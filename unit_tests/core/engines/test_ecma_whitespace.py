@@ -14,7 +14,7 @@ import unicodedata
 from typing import Any
 
 import pytest
-from benchmarks.coverage.cases import SAMPLE_DATA_DIR
+from harness.schema_data.cases import SAMPLE_DATA_DIR
 from unit_tests.conftest import COMPACT
 from unit_tests.llguidance_acceptance import byte_llguidance, llguidance_accepts
 from unit_tests.xgrammar_acceptance import accepted, compile_schema, serialisations

@@ -32,7 +32,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from benchmarks.coverage.cases import SAMPLE_DATA_DIR
+from harness.schema_data.cases import SAMPLE_DATA_DIR
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from referencing import Registry, Resource

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Protocol
 
-from benchmarks.coverage.cases import NumberLiteral, RawText
-from benchmarks.coverage.key_order import SchemaNavigator
+from harness.schema_data.cases import NumberLiteral, RawText
+from harness.schema_data.key_order import SchemaNavigator
 
 if TYPE_CHECKING:
     import torch

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.cases import Case, Selection, discover, load_case, sample_data_dir
-from benchmarks.coverage.writer import InstanceWriter, Layout, token_encoder
 from harness.model import model_tokenizer
+from harness.schema_data.cases import Case, Selection, discover, load_case, sample_data_dir
+from harness.schema_data.writer import InstanceWriter, Layout, token_encoder
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.coverage.results import CaseRef
-
 JSONSCHEMABENCH = "jsonschemabench"
 TEST_SUITE = "test-suite"
 PROJECT_CASES = "grammar-guard-cases"
@@ -77,6 +75,23 @@ def suite_folder(data_dir: Path, suite: str) -> Path:
     # The full collections given with --data do not carry the project's cases.
     root = SAMPLE_DATA_DIR if suite == PROJECT_CASES else data_dir
     return root / _SUITE_FOLDERS[suite]
+
+
+@dataclass(frozen=True)
+class CaseRef:
+    """One schema of a data folder and how many instances come with it."""
+
+    suite: str  # one of SUITES
+    file: str  # relative to the suite's folder
+    index: int  # the schema's position in its file (test-suite files hold several)
+    category: str
+    description: str
+    valid_total: int
+    invalid_total: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.suite}/{self.file}#{self.index}"
 
 
 @dataclass(frozen=True)
