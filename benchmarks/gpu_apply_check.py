@@ -165,6 +165,7 @@ def timing_table(rng: np.random.Generator) -> str:
 # forward pass, never the mask apply, and capturing would cost minutes of the
 # device time a lent GPU has.
 ENGINES = (("v2", 0), ("v2", 3), ("v1", 0), ("v1", 3))
+NGRAM = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}  # drafts' settings
 ENGINE_MAX_TOKENS = 128  # the demo's grammars are bounded well below this
 REPEATED = "abc abc abc abc abc abc abc abc abc abc"
 # Drafts from the prompt propose "abc " again; the grammar allows only two.
@@ -188,12 +189,7 @@ def engine_check(argument: list[Any]) -> dict[str, Any]:
 
     overrides: dict[str, Any] = {"enforce_eager": True, "disable_log_stats": False}
     if drafts:
-        overrides["speculative_config"] = {
-            "method": "ngram",
-            "num_speculative_tokens": drafts,
-            "prompt_lookup_min": 2,
-            "prompt_lookup_max": 4,
-        }
+        overrides["speculative_config"] = {**NGRAM, "num_speculative_tokens": drafts}
     llm = start_engine(**overrides)
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
@@ -208,25 +204,23 @@ def engine_check(argument: list[Any]) -> dict[str, Any]:
             structured_outputs=StructuredOutputsParams(**constraint),
         )
 
-    checks: list[tuple[str, Callable[[str], None]]] = []
-    prompts: list[str] = []
-    requests: list[SamplingParams] = []
-    for seed in (1, 2):
-        for case in CASES:
-            checks.append((f"{case.name}/seed{seed}", case.check))
-            prompts.append("Answer: ")
-            requests.append(params(case.structured_outputs, seed))
-    for name, constraint, expected in (
-        ("drafts-accepted", {"choice": [REPEATED]}, REPEATED),
-        ("drafts-forbidden", {"regex": WRONG_DRAFTS_REGEX}, None),
-    ):
-        checks.append((name, _matches(constraint, expected)))
-        prompts.append(f"{REPEATED} {REPEATED}")
-        requests.append(params(constraint, None))
-    outputs = llm.generate(prompts, requests, use_tqdm=False)
-
+    # (name, check, prompt, sampling): the demo's cases at two seeds, then the drafts' cases.
+    requests = [
+        (f"{case.name}/seed{seed}", case.check, "Answer: ", params(case.structured_outputs, seed))
+        for seed in (1, 2)
+        for case in CASES
+    ]
+    requests += [
+        (name, _matches(constraint, expected), f"{REPEATED} {REPEATED}", params(constraint, None))
+        for name, constraint, expected in (
+            ("drafts-accepted", {"choice": [REPEATED]}, REPEATED),
+            ("drafts-forbidden", {"regex": WRONG_DRAFTS_REGEX}, None),
+        )
+    ]
+    prompts = [prompt for _, _, prompt, _ in requests]
+    outputs = llm.generate(prompts, [sampling for *_, sampling in requests], use_tqdm=False)
     failures = []
-    for (name, check), output in zip(checks, outputs, strict=True):
+    for (name, check, _, _), output in zip(requests, outputs, strict=True):
         completion = output.outputs[0]
         try:
             if completion.finish_reason != "stop":
