@@ -45,6 +45,9 @@ HARD_PREFIXES = ('{"text":"', '{"text":"hello wor', '{"text":"a short note about
 # Long enough for the slowest compile here (xgrammar, the 300-character string,
 # on a loaded 2-core machine); the benchmark must time fills, never a compile.
 DRAIN_TIMEOUT_S = 600.0
+# grammar-guard compiles in threads: this measures fills, and worker processes would only add
+# their start-up to the run.
+OUR_SETTINGS = {"GRAMMAR_GUARD_COMPILE_ISOLATION": "thread", **CLOSED_OBJECTS}
 
 Request = tuple[dict[str, Any], str]
 Masks = dict[str, list[np.ndarray]]  # each step's mask rows, by side
@@ -68,19 +71,6 @@ WORKLOADS: dict[str, Callable[[int], list[Request]]] = {
     "hard": _cycle(HARD_SCHEMA, HARD_PREFIXES),
     "1 hard + easy": _one_hard,
 }
-
-
-def _backend(cls: type, name: str, tokenizer: Any, settings: Mapping[str, str]) -> Any:
-    """``cls`` as vLLM builds its backend ``name``, with ``settings`` in the environment."""
-    from vllm.config.structured_outputs import StructuredOutputsConfig
-
-    config = StructuredOutputsConfig(backend=name, disable_any_whitespace=True)
-    # What the backends' constructors read of a VllmConfig.
-    vllm_config = SimpleNamespace(
-        structured_outputs_config=config, speculative_config=None, model_config=None
-    )
-    with scoped_environment(settings):
-        return cls(vllm_config, tokenizer=tokenizer, vocab_size=VOCAB_SIZE)
 
 
 def _manager(backend: Any, max_rows: int) -> Any:
@@ -177,6 +167,7 @@ def make_sides(tokenizer: Any, max_rows: int) -> list[Side]:
     from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
     grammar_guard.register()
+    from vllm.config.structured_outputs import StructuredOutputsConfig
     from vllm.v1.structured_output import StructuredOutputManager
     from vllm.v1.structured_output.backend_guidance import GuidanceBackend
     from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
@@ -184,26 +175,25 @@ def make_sides(tokenizer: Any, max_rows: int) -> list[Side]:
     hooked = StructuredOutputManager.grammar_bitmask
     original = hooked.__wrapped__  # type: ignore[attr-defined]
 
-    def vllm(name: str, cls: type, backend: str) -> Side:
-        made = _backend(cls, backend, tokenizer, {})
-        return Side(name, _manager(made, max_rows), original, hooked=False)
+    def manager(cls: type, name: str, settings: Mapping[str, str]) -> Any:
+        """``cls`` as vLLM builds its backend ``name``, with ``settings`` in the environment."""
+        config = StructuredOutputsConfig(backend=name, disable_any_whitespace=True)
+        # What the backends' constructors read of a VllmConfig.
+        vllm_config = SimpleNamespace(
+            structured_outputs_config=config, speculative_config=None, model_config=None
+        )
+        with scoped_environment(settings):
+            return _manager(cls(vllm_config, tokenizer=tokenizer, vocab_size=VOCAB_SIZE), max_rows)
 
-    def ours(name: str, engine: str) -> Side:
-        # Compiles in threads: this measures fills, and worker processes would
-        # only add their start-up to the run.
-        settings = {
-            "GRAMMAR_GUARD_ENGINE": engine,
-            "GRAMMAR_GUARD_COMPILE_ISOLATION": "thread",
-            **CLOSED_OBJECTS,
-        }
-        made = _backend(GrammarGuardBackend, grammar_guard.BACKEND_NAME, tokenizer, settings)
-        return Side(name, _manager(made, max_rows), hooked, hooked=True)
+    def ours(engine: str) -> Any:
+        settings = {"GRAMMAR_GUARD_ENGINE": engine, **OUR_SETTINGS}
+        return manager(GrammarGuardBackend, grammar_guard.BACKEND_NAME, settings)
 
     return [
-        vllm(VLLM_XGRAMMAR, XgrammarBackend, "xgrammar"),
-        vllm(VLLM_GUIDANCE, GuidanceBackend, "guidance"),
-        ours(GG_XGRAMMAR, "xgrammar"),
-        ours(GG_ROUTED, "auto"),
+        Side(VLLM_XGRAMMAR, manager(XgrammarBackend, "xgrammar", {}), original, hooked=False),
+        Side(VLLM_GUIDANCE, manager(GuidanceBackend, "guidance", {}), original, hooked=False),
+        Side(GG_XGRAMMAR, ours("xgrammar"), hooked, hooked=True),
+        Side(GG_ROUTED, ours("auto"), hooked, hooked=True),
     ]
 
 
@@ -215,8 +205,7 @@ def settle_routing(routed: Side, tokenizer: Any) -> None:
     """
     for schema in (EASY_SCHEMA, HARD_SCHEMA):
         routed.load(tokenizer, [(schema, "")] * 2)
-    service = getattr(routed.manager.backend, "service", None)
-    if service is not None and not service.drain(DRAIN_TIMEOUT_S):
+    if not routed.manager.backend.service.drain(DRAIN_TIMEOUT_S):
         raise RuntimeError(f"grammar-guard's compiles did not finish in {DRAIN_TIMEOUT_S} s")
 
 
