@@ -164,13 +164,14 @@ class Side:
 def make_sides(tokenizer: Any, max_rows: int) -> list[Side]:
     """vLLM's xgrammar and guidance backends, grammar-guard forced onto xgrammar and routed."""
     import grammar_guard
-    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
     grammar_guard.register()
     from vllm.config.structured_outputs import StructuredOutputsConfig
     from vllm.v1.structured_output import StructuredOutputManager
     from vllm.v1.structured_output.backend_guidance import GuidanceBackend
     from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
+
+    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
     hooked = StructuredOutputManager.grammar_bitmask
     original = hooked.__wrapped__  # type: ignore[attr-defined]
