@@ -2,7 +2,7 @@
 
 Every side runs the installed vLLM's real ``StructuredOutputManager.grammar_bitmask``
 in one process on the 129k-token tokenizer, the sides taking turns step by
-step; docs/benchmarks.md ("Bitmask fill") describes the three tables and their
+step; docs/benchmarks.md ("Bitmask fill") describes the two tables and their
 goal. grammar-guard on xgrammar must fill vLLM xgrammar's masks short of
 kept-out tokens (``vocabulary.py``), or the run fails.
 
@@ -15,7 +15,7 @@ import json
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from types import SimpleNamespace
@@ -45,19 +45,15 @@ HARD_PREFIXES = ('{"text":"', '{"text":"hello wor', '{"text":"a short note about
 # Long enough for the slowest compile here (xgrammar, the 300-character string,
 # on a loaded 2-core machine); the benchmark must time fills, never a compile.
 DRAIN_TIMEOUT_S = 600.0
+# grammar-guard compiles in threads: this measures fills, and worker processes would only add
+# their start-up to the run.
+OUR_SETTINGS = {"GRAMMAR_GUARD_COMPILE_ISOLATION": "thread", **CLOSED_OBJECTS}
 
 Request = tuple[dict[str, Any], str]
+Masks = dict[str, list[np.ndarray]]  # each step's mask rows, by side
 VLLM_XGRAMMAR, VLLM_GUIDANCE = "vLLM xgrammar", "vLLM guidance"
 GG_XGRAMMAR, GG_ROUTED = "grammar-guard, xgrammar", "grammar-guard"
-GG_MIXED = "grammar-guard, mixed"
-ENGINE_OF_MATCHER = {"XGrammarMatcher": "xgrammar", "LLGuidanceMatcher": "llguidance"}
-RECORDED = "recorded for an upgrade trial"  # rows whose matcher also records its path
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    requests: Callable[[int], list[Request]]
+RECORDED = "recorded for an upgrade trial"
 
 
 def _cycle(schema: dict[str, Any], prefixes: Sequence[str]) -> Callable[[int], list[Request]]:
@@ -69,31 +65,12 @@ def _one_hard(n: int) -> list[Request]:
     return [(HARD_SCHEMA, HARD_PREFIXES[1]), *_cycle(EASY_SCHEMA, EASY_PREFIXES)(n)[1:]]
 
 
-def _alternating(n: int) -> list[Request]:
-    """Even rows inside a long string, odd rows simple: half the step on each engine."""
-    easy, hard = _cycle(EASY_SCHEMA, EASY_PREFIXES)(n), _cycle(HARD_SCHEMA, HARD_PREFIXES)(n)
-    return [hard[i] if i % 2 == 0 else easy[i] for i in range(n)]
-
-
-WORKLOADS = (
-    Workload("easy", _cycle(EASY_SCHEMA, EASY_PREFIXES)),
-    Workload("hard", _cycle(HARD_SCHEMA, HARD_PREFIXES)),
-    Workload("1 hard + easy", _one_hard),
-)
-MIXED = Workload("half hard (llguidance) + half easy (xgrammar)", _alternating)
-
-
-def _backend_config(backend: str) -> Any:
-    """What the backends' constructors read of a VllmConfig."""
-    from vllm.config.structured_outputs import StructuredOutputsConfig
-
-    return SimpleNamespace(
-        structured_outputs_config=StructuredOutputsConfig(
-            backend=backend, disable_any_whitespace=True
-        ),
-        speculative_config=None,
-        model_config=None,
-    )
+# The tables' grammars column, and the requests of a batch of each size.
+WORKLOADS: dict[str, Callable[[int], list[Request]]] = {
+    "easy": _cycle(EASY_SCHEMA, EASY_PREFIXES),
+    "hard": _cycle(HARD_SCHEMA, HARD_PREFIXES),
+    "1 hard + easy": _one_hard,
+}
 
 
 def _manager(backend: Any, max_rows: int) -> Any:
@@ -116,51 +93,37 @@ def _manager(backend: Any, max_rows: int) -> Any:
     return manager
 
 
-def _grammar_guard(tokenizer: Any, engine: str) -> Any:
-    from grammar_guard import BACKEND_NAME
-    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
-
-    # Compiles in threads: this measures fills, and worker processes would
-    # only add their start-up to the run.
-    settings = {
-        "GRAMMAR_GUARD_ENGINE": engine,
-        "GRAMMAR_GUARD_COMPILE_ISOLATION": "thread",
-        **CLOSED_OBJECTS,
-    }
-    with scoped_environment(settings):
-        return GrammarGuardBackend(
-            _backend_config(BACKEND_NAME), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
-        )
-
-
 @dataclass
 class Side:
-    """One way of filling a step: a manager, its grammar_bitmask, where its grammars come from."""
+    """One way of filling a step: a manager, whose backend compiles its grammars, and a fill."""
 
     name: str
     manager: Any
     function: Callable[..., Any]
-    backend_for: Callable[[dict[str, Any]], Any]  # the backend that compiles a schema
     hooked: bool  # grammar-guard's fill hook runs (it counts the strategies it used)
     requests: dict[str, Any] = field(default_factory=dict)
     engines: Counter[str] = field(default_factory=Counter)  # rows per engine, grammar-guard only
+    recorded: Counter[str] = field(default_factory=Counter)  # of those, rows a trial records
     times: list[float] = field(default_factory=list)
     strategies: Counter[str] = field(default_factory=Counter)
 
     def load(self, tokenizer: Any, requests: list[Request]) -> None:
         from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
-        self.requests, self.engines = {}, Counter()
-        self.times, self.strategies = [], Counter()
+        from grammar_guard.core.upgrade.trial import PathRecorder
+
+        self.requests, self.times = {}, []
+        self.engines, self.recorded, self.strategies = Counter(), Counter(), Counter()
         for i, (schema, prefix) in enumerate(requests):
-            grammar = self.backend_for(schema).compile_grammar(
+            grammar = self.manager.backend.compile_grammar(
                 StructuredOutputOptions.JSON, json.dumps(schema)
             )
             assert grammar.accept_tokens("r", tokenizer.encode(prefix, add_special_tokens=False))
             if self.hooked:
-                engine, recorded = _engine_of(grammar.batch_matcher())
+                matcher = grammar.batch_matcher()
+                engine = str(matcher.engine_name)
                 self.engines[engine] += 1
-                self.engines[f"{engine} {RECORDED}"] += recorded
+                self.recorded[engine] += isinstance(matcher, PathRecorder)
             structured = SimpleNamespace(grammar=grammar, reasoning_ended=None)
             self.requests[f"r{i}"] = SimpleNamespace(
                 request_id=f"r{i}", structured_output_request=structured
@@ -193,86 +156,68 @@ class Side:
 
     def engine_rows(self) -> str:
         """Rows per engine, and apart those that also record their path for an upgrade trial."""
-        engines = ("xgrammar", "llguidance")
-        shown = " / ".join(str(self.engines.get(e, 0)) for e in engines)
-        others = [
-            f"{n} {name}" for name, n in sorted(self.engines.items()) if n and name not in engines
-        ]
-        return shown + (f" ({', '.join(others)})" if others else "")
+        rows = " / ".join(str(self.engines[engine]) for engine in ("xgrammar", "llguidance"))
+        recorded = [f"{n} {engine} {RECORDED}" for engine, n in sorted(self.recorded.items()) if n]
+        return rows + (f" ({', '.join(recorded)})" if recorded else "")
 
 
-def _engine_of(matcher: Any) -> tuple[str, bool]:
-    """The engine filling ``matcher``'s rows, and whether a wrapper records them (a trial's)."""
-    inner = getattr(matcher, "inner", None)
-    if inner is not None:
-        return _engine_of(inner)[0], True
-    name = type(matcher).__name__
-    return ENGINE_OF_MATCHER.get(name, name), False
+def make_sides(tokenizer: Any, max_rows: int) -> list[Side]:
+    """vLLM's xgrammar and guidance backends, grammar-guard forced onto xgrammar and routed."""
+    import grammar_guard
 
+    grammar_guard.register()
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output.backend_guidance import GuidanceBackend
+    from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
 
-class Sides:
-    """Every backend of the run, and the sides built on them."""
+    from grammar_guard.vllm_adapter.backend import GrammarGuardBackend
 
-    def __init__(self, tokenizer: Any, max_rows: int) -> None:
-        import grammar_guard
+    hooked = StructuredOutputManager.grammar_bitmask
+    original = hooked.__wrapped__  # type: ignore[attr-defined]
 
-        grammar_guard.register()
-        from vllm.v1.structured_output import StructuredOutputManager
-        from vllm.v1.structured_output.backend_guidance import GuidanceBackend
-        from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
-
-        hooked = StructuredOutputManager.grammar_bitmask
-        original = hooked.__wrapped__  # type: ignore[attr-defined]
-        vllm_x = XgrammarBackend(
-            _backend_config("xgrammar"), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
+    def manager(cls: type, name: str, settings: Mapping[str, str]) -> Any:
+        """``cls`` as vLLM builds its backend ``name``, with ``settings`` in the environment."""
+        config = StructuredOutputsConfig(backend=name, disable_any_whitespace=True)
+        # What the backends' constructors read of a VllmConfig.
+        vllm_config = SimpleNamespace(
+            structured_outputs_config=config, speculative_config=None, model_config=None
         )
-        vllm_g = GuidanceBackend(
-            _backend_config("guidance"), tokenizer=tokenizer, vocab_size=VOCAB_SIZE
-        )
-        self.ours = {
-            engine: _grammar_guard(tokenizer, engine)
-            for engine in ("xgrammar", "llguidance", "auto")
-        }
-        ours_x, ours_ll, routed = self.ours["xgrammar"], self.ours["llguidance"], self.ours["auto"]
+        with scoped_environment(settings):
+            return _manager(cls(vllm_config, tokenizer=tokenizer, vocab_size=VOCAB_SIZE), max_rows)
 
-        def side(name: str, backend: Any, function: Any, pick: Any = None) -> Side:
-            manager, hook = _manager(backend, max_rows), function is hooked
-            return Side(name, manager, function, pick or (lambda _: backend), hook)
+    def ours(engine: str) -> Any:
+        settings = {"GRAMMAR_GUARD_ENGINE": engine, **OUR_SETTINGS}
+        return manager(GrammarGuardBackend, grammar_guard.BACKEND_NAME, settings)
 
-        def by_engine(schema: dict[str, Any]) -> Any:
-            return ours_ll if schema is HARD_SCHEMA else ours_x
-
-        self.vllm = [side(VLLM_XGRAMMAR, vllm_x, original), side(VLLM_GUIDANCE, vllm_g, original)]
-        self.forced = side(GG_XGRAMMAR, ours_x, hooked)
-        self.routed = side(GG_ROUTED, routed, hooked)
-        self.mixed = side(GG_MIXED, ours_x, hooked, by_engine)
-        self._tokenizer = tokenizer
-
-    def settle_routing(self) -> None:
-        """Ask routed grammar-guard for every schema twice, then wait for what that started.
-
-        A key's second request may start a background compile on another
-        engine; the tables are of the steady state after it.
-        """
-        for schema in (EASY_SCHEMA, HARD_SCHEMA):
-            self.routed.load(self._tokenizer, [(schema, "")] * 2)
-        service = getattr(self.routed.manager.backend, "service", None)
-        if service is not None and not service.drain(DRAIN_TIMEOUT_S):
-            raise RuntimeError(f"grammar-guard's compiles did not finish in {DRAIN_TIMEOUT_S} s")
-
-    def close(self) -> None:
-        for backend in self.ours.values():
-            backend.destroy()
+    return [
+        Side(VLLM_XGRAMMAR, manager(XgrammarBackend, "xgrammar", {}), original, hooked=False),
+        Side(VLLM_GUIDANCE, manager(GuidanceBackend, "guidance", {}), original, hooked=False),
+        Side(GG_XGRAMMAR, ours("xgrammar"), hooked, hooked=True),
+        Side(GG_ROUTED, ours("auto"), hooked, hooked=True),
+    ]
 
 
-def measure(sides: list[Side], tokenizer: Any, requests: list[Request], repeats: int) -> dict:
+def settle_routing(routed: Side, tokenizer: Any) -> None:
+    """Ask routed grammar-guard for every schema twice, then wait for what that started.
+
+    A key's second request may start a background compile on another engine: the tables are
+    of the steady state after it.
+    """
+    for schema in (EASY_SCHEMA, HARD_SCHEMA):
+        routed.load(tokenizer, [(schema, "")] * 2)
+    if not routed.manager.backend.service.drain(DRAIN_TIMEOUT_S):
+        raise RuntimeError(f"grammar-guard's compiles did not finish in {DRAIN_TIMEOUT_S} s")
+
+
+def measure(sides: list[Side], tokenizer: Any, requests: list[Request], repeats: int) -> Masks:
     """Load every side, run them in turn ``repeats`` times; each step's masks by side."""
     for side in sides:
         side.load(tokenizer, requests)
     for _ in range(3):  # warm up, and let grammar-guard measure its first steps
         for side in sides:
             side.step(timed=False)
-    masks: dict[str, list[np.ndarray]] = {side.name: [] for side in sides}
+    masks: Masks = {side.name: [] for side in sides}
     for repeat in range(repeats):
         turn = sides[repeat % len(sides) :] + sides[: repeat % len(sides)]
         for side in turn:
@@ -281,28 +226,21 @@ def measure(sides: list[Side], tokenizer: Any, requests: list[Request], repeats:
 
 
 IDENTICAL, KEPT_OUT_ONLY, DIFFERENT = "identical", "kept-out tokens only", "differ"
-FORCED, ROUTED, MIXED_TABLE = "grammar-guard on xgrammar", "grammar-guard routed", "mixed engines"
+FORCED, ROUTED = "grammar-guard on xgrammar", "grammar-guard routed"
 # The goals hold from this batch up; below it a step is microseconds either way.
 GOAL_FROM_BATCH = 8
 
 
-def compare(
-    masks: dict[str, list[np.ndarray]],
-    ours: str,
-    theirs: str,
-    kept_out: np.ndarray,
-    rows: Sequence[int] | None = None,
-) -> str:
-    """How ``ours``'s masks in ``rows`` (None: all) relate to ``theirs``'s over every step.
+def compare(masks: Masks, ours: str, theirs: str, kept_out: np.ndarray) -> str:
+    """How ``ours``'s masks relate to ``theirs``'s over every step.
 
     ``KEPT_OUT_ONLY``: ours allow a subset of theirs, short of kept-out tokens
     alone (see ``vocabulary.py``), the one difference grammar-guard makes on purpose.
     """
     verdict = IDENTICAL
-    chosen = slice(None) if rows is None else list(rows)
     for our_step, their_step in zip(masks[ours], masks[theirs], strict=True):
         width = min(our_step.shape[1], their_step.shape[1])  # guidance pads its rows
-        a, b = our_step[chosen, :width], their_step[chosen, :width]
+        a, b = our_step[:, :width], their_step[:, :width]
         if np.array_equal(a, b):
             continue
         if (a & ~b).any() or (b & ~a & ~kept_out[:width]).any():
@@ -315,7 +253,6 @@ def compare(
 class Tables:
     forced: list[str] = field(default_factory=list)
     routed: list[str] = field(default_factory=list)
-    mixed: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     # Per table: (rows, batch, vLLM's time over grammar-guard's) for the goal lines.
     speedups: dict[str, list[tuple[str, int, float]]] = field(default_factory=dict)
@@ -325,90 +262,65 @@ class Tables:
         self.speedups.setdefault(table, []).append((rows, size, vllm_us / ours_us))
         return f"{vllm_us / ours_us:.2f}x"
 
-    def versus(self, table: str, rows: str, size: int, theirs: Side, ours: Side) -> str:
-        """Both sides' median step time and rows per second, and the ratio (recorded)."""
-        return (
-            f"{theirs.median_us():.1f} | {ours.median_us():.1f} "
-            f"| {theirs.rows_per_second():,.0f} | {ours.rows_per_second():,.0f} "
-            f"| {self.timed(table, rows, size, theirs.median_us(), ours.median_us())}"
+    def add(
+        self, sides: list[Side], masks: Masks, kept_out: np.ndarray, rows: str, size: int
+    ) -> None:
+        """One row of each table: ``rows`` (a workload's name) at batch ``size``."""
+        label = f"{rows} | {size}"
+        vllm_x, vllm_g, forced, routed = sides
+        verdict = compare(masks, GG_XGRAMMAR, VLLM_XGRAMMAR, kept_out)
+        if verdict == DIFFERENT:
+            self.failures.append(f"{label}: grammar-guard on xgrammar filled other masks")
+        x_us, g_us = vllm_x.median_us(), vllm_g.median_us()
+        self.forced.append(
+            f"| {label} | {x_us:.1f} | {forced.median_us():.1f} "
+            f"| {vllm_x.rows_per_second():,.0f} | {forced.rows_per_second():,.0f} "
+            f"| {self.timed(FORCED, rows, size, x_us, forced.median_us())} "
+            f"| {verdict} | {forced.strategy()} |"
+        )
+        against = " / ".join(
+            compare(masks, GG_ROUTED, theirs, kept_out) for theirs in (VLLM_XGRAMMAR, VLLM_GUIDANCE)
+        )
+        self.routed.append(
+            f"| {label} | {x_us:.1f} | {g_us:.1f} | {routed.median_us():.1f} "
+            f"| {self.timed(ROUTED, rows, size, min(x_us, g_us), routed.median_us())} "
+            f"| {routed.engine_rows()} | {against} | {routed.strategy()} |"
         )
 
 
 def run(sizes: Sequence[int], repeats: int) -> Tables:
     tokenizer = model_tokenizer()
-    sides = Sides(tokenizer, max(sizes))
+    sides = make_sides(tokenizer, max(sizes))
     from grammar_guard.core.masks.layout import words_per_row
 
     kept_out = as_bitmask_row(kept_out_of_strings(tokenizer, VOCAB_SIZE), words_per_row(VOCAB_SIZE))
     tables = Tables()
-    vllm_x, vllm_g = sides.vllm
-    forced, routed, mixed = sides.forced, sides.routed, sides.mixed
     try:
-        sides.settle_routing()
-        for workload in WORKLOADS:
+        settle_routing(sides[-1], tokenizer)
+        for name, requests in WORKLOADS.items():
             for size in sizes:
-                sides_here = [vllm_x, vllm_g, forced, routed]
-                masks = measure(sides_here, tokenizer, workload.requests(size), repeats)
-                label = f"{workload.name} | {size}"
-                forced_verdict = compare(masks, GG_XGRAMMAR, VLLM_XGRAMMAR, kept_out)
-                if forced_verdict == DIFFERENT:
-                    tables.failures.append(f"{label}: grammar-guard on xgrammar filled other masks")
-                x_us, g_us = vllm_x.median_us(), vllm_g.median_us()
-                faster_us = min(x_us, g_us)
-                tables.forced.append(
-                    f"| {label} | {tables.versus(FORCED, workload.name, size, vllm_x, forced)} "
-                    f"| {forced_verdict} | {forced.strategy()} |"
-                )
-                against = " / ".join(
-                    compare(masks, GG_ROUTED, name, kept_out)
-                    for name in (VLLM_XGRAMMAR, VLLM_GUIDANCE)
-                )
-                tables.routed.append(
-                    f"| {label} | {x_us:.1f} | {g_us:.1f} | {routed.median_us():.1f} "
-                    f"| {tables.timed(ROUTED, workload.name, size, faster_us, routed.median_us())} "
-                    f"| {routed.engine_rows()} "
-                    f"| {against} | {routed.strategy()} |"
-                )
-        for size in [size for size in sizes if size > 1]:
-            masks = measure([vllm_x, vllm_g, mixed], tokenizer, MIXED.requests(size), repeats)
-            xgrammar_rows, llguidance_rows = range(1, size, 2), range(0, size, 2)
-            xgrammar_verdict = compare(masks, GG_MIXED, VLLM_XGRAMMAR, kept_out, xgrammar_rows)
-            if xgrammar_verdict == DIFFERENT:
-                tables.failures.append(f"mixed | {size}: the xgrammar rows differ from vLLM's")
-            guidance_verdict = compare(masks, GG_MIXED, VLLM_GUIDANCE, kept_out, llguidance_rows)
-            x_us, g_us = vllm_x.median_us(), vllm_g.median_us()
-            tables.mixed.append(
-                f"| {size} | {x_us:.1f} | {g_us:.1f} | {mixed.median_us():.1f} "
-                f"| {tables.timed(MIXED_TABLE, 'mixed', size, min(x_us, g_us), mixed.median_us())} "
-                f"| {mixed.engine_rows()} "
-                f"| {xgrammar_verdict} / {guidance_verdict} | {mixed.strategy()} |"
-            )
+                masks = measure(sides, tokenizer, requests(size), repeats)
+                tables.add(sides, masks, kept_out, name, size)
     finally:
-        sides.close()
+        for side in sides:
+            if side.hooked:  # grammar-guard's backends: their compile services stop
+                side.manager.backend.destroy()
     return tables
 
 
-# The cells of Tables.versus, vLLM's xgrammar backend against grammar-guard on xgrammar.
-RATES = (
-    "vLLM xgrammar (us) | grammar-guard, xgrammar (us) | vLLM xgrammar (rows/s) "
-    "| grammar-guard, xgrammar (rows/s) | grammar-guard / vLLM"
-)
-
-
 def markdown(tables: Tables, repeats: int) -> str:
-    masks_note = (
-        f"Masks: `{IDENTICAL}`; `{KEPT_OUT_ONLY}`, a subset short of the special and "
-        "control-character tokens grammar-guard keeps out of strings and vLLM's xgrammar "
-        f"lets into length-bounded ones; `{DIFFERENT}`, another language."
-    )
     lines = [
         f"Fill time per step, 129,280-token vocabulary, median of {repeats} steps "
-        f"({date.today().isoformat()}). {masks_note}",
+        f"({date.today().isoformat()}). Masks: `{IDENTICAL}`; `{KEPT_OUT_ONLY}`, a subset short "
+        "of the special and control-character tokens grammar-guard keeps out of strings and "
+        f"vLLM's xgrammar lets into length-bounded ones; `{DIFFERENT}`, another language.",
         "",
         "grammar-guard forced onto xgrammar against vLLM's xgrammar backend (masks checked at "
         f"every step; `{DIFFERENT}` fails the run):",
         "",
-        f"| grammars | batch | {RATES} | masks | strategy |",
+        "| grammars | batch | vLLM xgrammar (us) | grammar-guard, xgrammar (us) "
+        "| vLLM xgrammar (rows/s) | grammar-guard, xgrammar (rows/s) | grammar-guard / vLLM "
+        "| masks | strategy |",
         "|---|---:|---:|---:|---:|---:|---:|---|---|",
         *tables.forced,
         "",
@@ -420,39 +332,20 @@ def markdown(tables: Tables, repeats: int) -> str:
         "| strategy |",
         "|---|---:|---:|---:|---:|---:|---|---|---|",
         *tables.routed,
-    ]
-    if tables.mixed:
-        lines += [
-            "",
-            f"Mixed engines in one step: {MIXED.name}, grammar-guard with each engine forced "
-            "(its xgrammar rows checked against vLLM xgrammar's, its llguidance rows compared "
-            "with vLLM guidance's):",
-            "",
-            "| batch | vLLM xgrammar (us) | vLLM guidance (us) | grammar-guard, mixed (us) "
-            "| vs faster vLLM | rows on xgrammar / llguidance "
-            "| masks: xgrammar rows / llguidance rows | strategy |",
-            "|---:|---:|---:|---:|---:|---|---|---|",
-            *tables.mixed,
-        ]
-    lines += [
         "",
         f"Goal, from batch {GOAL_FROM_BATCH} up: never slower than vLLM's xgrammar backend "
-        "(grammar-guard on xgrammar) or than the faster vLLM backend "
-        "(routed, mixed engines):",
+        "(grammar-guard on xgrammar) or than the faster vLLM backend (routed):",
         "",
+        *(_goal(table, rows) for table, rows in tables.speedups.items()),
     ]
-    lines += [_goal(table, rows) for table, rows in tables.speedups.items()]
     return "\n".join(lines) + "\n"
 
 
 def _goal(table: str, rows: list[tuple[str, int, float]]) -> str:
-    slower = [
-        f"{name} at {size} ({speedup:.3f}x)"
-        for name, size, speedup in rows
-        if size >= GOAL_FROM_BATCH and speedup < 1
-    ]
-    if not any(size >= GOAL_FROM_BATCH for _, size, _ in rows):
+    judged = [(name, size, speedup) for name, size, speedup in rows if size >= GOAL_FROM_BATCH]
+    if not judged:
         return f"- {table}: no batch of {GOAL_FROM_BATCH} or more measured"
+    slower = [f"{name} at {size} ({speedup:.3f}x)" for name, size, speedup in judged if speedup < 1]
     return f"- {table}: " + (f"not met for {', '.join(slower)}" if slower else "met")
 
 

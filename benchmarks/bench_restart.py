@@ -7,10 +7,12 @@ the median rate of a run's last three batches. docs/benchmarks.md ("Restart") ha
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,10 @@ from harness.model import grammar_guard_service
 # Long enough for the slowest compile on a loaded 2-core machine: this
 # benchmark measures compiles, it must never time one out.
 COMPILE_TIMEOUT_S = 1800
-KINDS = ("vLLM xgrammar", "vLLM guidance", "grammar-guard", "grammar-guard, cache folder")
-_VLLM_BACKENDS = {"vLLM xgrammar": "xgrammar", "vLLM guidance": "guidance"}
+CACHE_FOLDER = "grammar-guard, cache folder"  # restarted on the folder the filling run filled
+KINDS = ("vLLM xgrammar", "vLLM guidance", "grammar-guard", CACHE_FOLDER)  # a round's order
+VLLM_BACKENDS = {"vLLM xgrammar": "xgrammar", "vLLM guidance": "guidance"}
+DURATION_S = 30.0  # seconds of batches per run, at the least
 BATCH = 16
 MAX_TOKENS = 48
 STEADY_BATCHES = 3
@@ -35,15 +39,8 @@ UPGRADE_WAIT_S = 300.0
 
 
 def slow_schema(*lengths: int) -> dict[str, Any]:
-    names = [f"text{i}" for i in range(len(lengths))]
-    return {
-        "type": "object",
-        "properties": {
-            name: {"type": "string", "maxLength": length}
-            for name, length in zip(names, lengths, strict=True)
-        },
-        "required": names,
-    }
+    properties = {f"text{i}": {"type": "string", "maxLength": n} for i, n in enumerate(lengths)}
+    return {"type": "object", "properties": properties, "required": list(properties)}
 
 
 # Within the background upgrade's budget (routing.UPGRADE_MAX_COMPILE_S), and
@@ -56,30 +53,36 @@ SMOKE_SCHEMA = slow_schema(200)
 SMOKE_ENV = {"GRAMMAR_GUARD_ENGINE": "xgrammar"}
 
 
-# --- worker: one engine, one restart, in a fresh interpreter (harness.fresh) ----------
+@dataclass(frozen=True)
+class Plan:
+    """What a run measures; each engine gets the schema, the duration and the upgrade's wait."""
+
+    schema: dict[str, Any]
+    rounds: int
+    duration_s: float  # seconds of batches per run, at the least
+    kinds: tuple[str, ...] = KINDS
+    upgrade_wait_s: float = UPGRADE_WAIT_S
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def restart(argument: dict[str, Any]) -> dict[str, Any]:
+    """The worker: one engine of ``argument["kind"]`` restarted, in a fresh interpreter."""
     from grammar_guard.demo.engine import start_engine
 
-    kind, schema = argument["kind"], argument["schema"]
     duration_s, upgrade_wait_s = argument["duration_s"], argument["upgrade_wait_s"]
-
-    overrides: dict[str, Any] = {}
-    if kind in _VLLM_BACKENDS:
-        overrides["structured_outputs_config"] = {
-            "backend": _VLLM_BACKENDS[kind],
-            "disable_any_whitespace": True,
-        }
-    llm = start_engine(**overrides)
+    backend = VLLM_BACKENDS.get(argument["kind"], "grammar-guard")
+    config = {"backend": backend, "disable_any_whitespace": True}
+    llm = start_engine(structured_outputs_config=config)
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
     llm.generate(["Warm up: "], [SamplingParams(max_tokens=2)], use_tqdm=False)
+    schema = argument["schema"]
     first = SamplingParams(max_tokens=1, structured_outputs=StructuredOutputsParams(json=schema))
     started = time.perf_counter()
     llm.generate(["Write it: "], [first], use_tqdm=False)
     ttft_s = time.perf_counter() - started
+    service = grammar_guard_service(llm)  # None under vLLM's backends
     constraint = StructuredOutputsParams(json=schema)
     sampling = {"max_tokens": MAX_TOKENS, "temperature": 1.0, "structured_outputs": constraint}
     params = [SamplingParams(**sampling, seed=index) for index in range(BATCH)]
@@ -87,33 +90,31 @@ def restart(argument: dict[str, Any]) -> dict[str, Any]:
     batches = []
     upgrade: dict[str, Any] | None = None
     paused_after: int | None = None  # batches decoded before the pause, if there was one
-    while True:
+    while paused_after is None or len(batches) < paused_after + STEADY_BATCHES:
         batch_started = time.perf_counter()
         outputs = llm.generate(prompts, params, use_tqdm=False)
         ended = time.perf_counter()
         tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
         batches.append({"end_s": ended - started, "tok_s": tokens / (ended - batch_started)})
-        if upgrade is None and (outcome := _upgrade_outcome(llm, kind)) is not None:
+        if service is not None and upgrade is None and (outcome := _upgrade_outcome(service)):
             upgrade = {"outcome": outcome, "at_s": ended - started, "paused": paused_after}
+        done_decoding = ended - started >= duration_s and len(batches) > STEADY_BATCHES
+        if paused_after is not None or not done_decoding:
+            continue
+        if service is None or upgrade_wait_s == 0:
+            break  # a vLLM backend, or a run that waits for no upgrade
         # A plugin engine's run goes on until its key's upgrade was decided, or
         # the key was loaded from the folder, or it is clear neither happens.
-        decided = upgrade is not None or _disk_counts(llm, kind).get("hits", 0) > 0
-        done_decoding = ended - started >= duration_s and len(batches) > STEADY_BATCHES
-        pause = done_decoding and not decided and paused_after is None and upgrade_wait_s > 0
-        if pause and kind.startswith("grammar-guard"):
-            # Back-to-back batches keep every core busy, and the upgrade's
-            # compile at nice +19 gets next to none of them (on a slow day it was
-            # undecided after 300 s): pause, as a server between bursts does,
-            # then decode a steady state on whichever grammar won.
-            grammar_guard_service(llm).drain(upgrade_wait_s)
-            paused_after = len(batches)
-            continue
-        resumed = paused_after is not None and len(batches) >= paused_after + STEADY_BATCHES
-        settled = decided or kind in _VLLM_BACKENDS or resumed or upgrade_wait_s == 0
-        if done_decoding and settled and (paused_after is None or resumed):
+        if upgrade is not None or _disk_counts(service)["hits"] > 0:
             break
-    if kind.startswith("grammar-guard"):
-        grammar_guard_service(llm).drain()  # a filling run's file is complete before it ends
+        # Back-to-back batches keep every core busy, and the upgrade's compile
+        # at nice +19 gets next to none of them (on a slow day it was undecided
+        # after 300 s): pause, as a server between bursts does, then decode a
+        # steady state on whichever grammar won.
+        service.drain(upgrade_wait_s)
+        paused_after = len(batches)
+    if service is not None:
+        service.drain()  # a filling run's file is complete before it ends
     # The last batch as decoded, for a check that it satisfies the schema.
     last = [
         {"text": o.outputs[0].text, "finish_reason": o.outputs[0].finish_reason} for o in outputs
@@ -123,46 +124,25 @@ def restart(argument: dict[str, Any]) -> dict[str, Any]:
         "batches": batches,
         "upgrade": upgrade,
         "outputs": last,
-        **_disk_counts(llm, kind),
+        **(_disk_counts(service) if service is not None else {}),
     }
 
 
-def _upgrade_outcome(llm: Any, kind: str) -> str | None:
+def _upgrade_outcome(service: Any) -> str | None:
     """How the key's upgrade ended (done, slower, failed, dropped); None while undecided."""
-    if not kind.startswith("grammar-guard"):
-        return None
     from grammar_guard.core.metrics import LabelledCounter
 
-    counts = grammar_guard_service(llm).metrics.snapshot().labelled_values(LabelledCounter.UPGRADES)
+    counts = service.metrics.snapshot().labelled_values(LabelledCounter.UPGRADES)
     return next(iter(counts), None)
 
 
-def _disk_counts(llm: Any, kind: str) -> dict[str, int]:
-    if not kind.startswith("grammar-guard"):
-        return {}
+def _disk_counts(service: Any) -> dict[str, int]:
     # This engine's own numbers: metrics_snapshot() would add other engine processes'.
-    numbers = grammar_guard_service(llm).metrics.snapshot().as_dict()
+    numbers = service.metrics.snapshot().as_dict()
     return {
         name: int(numbers[f"grammar_guard_disk_{name}_total"])
         for name in ("hits", "misses", "writes", "errors", "unpaid_loads")
     }
-
-
-def _restart(
-    kind: str,
-    schema: dict[str, Any],
-    folder: Path,
-    duration_s: float,
-    upgrade_wait_s: float,
-    extra_env: dict[str, str],
-) -> dict[str, Any]:
-    """Start a fresh engine process of ``kind`` and measure it on ``schema``."""
-    env = {"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S), **CLOSED_OBJECTS, **extra_env}
-    # An empty value is no folder (Settings reads it so): only the cache-folder kind has one.
-    env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder) if kind == KINDS[-1] else ""
-    argument = {"kind": kind, "schema": schema, "duration_s": duration_s}
-    argument["upgrade_wait_s"] = upgrade_wait_s
-    return dict(run_fresh("benchmarks.bench_restart:restart", argument, env))
 
 
 def steady(run: dict[str, Any]) -> tuple[float, float]:
@@ -173,38 +153,32 @@ def steady(run: dict[str, Any]) -> tuple[float, float]:
     return rate, reached
 
 
-def measure_restarts(
-    schema: dict[str, Any],
-    rounds: int,
-    folder: Path,
-    duration_s: float,
-    *,
-    kinds: tuple[str, ...] = KINDS,
-    upgrade_wait_s: float = UPGRADE_WAIT_S,
-    extra_env: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    extra_env = extra_env or {}
+def measure_restarts(plan: Plan, folder: Path) -> dict[str, Any]:
+    def fresh_engine(kind: str) -> dict[str, Any]:
+        env = {"GRAMMAR_GUARD_COMPILE_TIMEOUT_S": str(COMPILE_TIMEOUT_S), **CLOSED_OBJECTS}
+        # An empty value is no folder (Settings reads it so): only the cache-folder kind has one.
+        env["GRAMMAR_GUARD_CACHE_DIR"] = str(folder) if kind == CACHE_FOLDER else ""
+        argument = {"kind": kind, "schema": plan.schema, "duration_s": plan.duration_s}
+        argument["upgrade_wait_s"] = plan.upgrade_wait_s
+        return dict(run_fresh("benchmarks.bench_restart:restart", argument, env | plan.env))
+
     # Fills the folder: runs until its key's upgrade was decided, so the folder
     # holds the grammar a restart should start on.
-    fill = _restart(
-        "grammar-guard, cache folder", schema, folder, duration_s, upgrade_wait_s, extra_env
-    )
-    if fill["misses"] != 1 or (upgrade_wait_s and fill["upgrade"] is None):
+    fill = fresh_engine(CACHE_FOLDER)
+    if fill["misses"] != 1 or (plan.upgrade_wait_s and fill["upgrade"] is None):
         raise RuntimeError(f"the filling run did not compile and decide its upgrade: {fill}")
-    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
-    for round_ in range(rounds):
-        for kind in kinds:
-            run = _restart(kind, schema, folder, duration_s, upgrade_wait_s, extra_env)
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in plan.kinds}
+    for round_ in range(plan.rounds):
+        for kind in plan.kinds:
+            run = fresh_engine(kind)
             runs[kind].append(run)
+            rate, reached = steady(run)
             print(
-                f"round {round_ + 1}/{rounds}: {kind}: TTFT {run['ttft_s']:.2f} s, "
-                f"steady {steady(run)[0]:.0f} tok/s from {steady(run)[1]:.1f} s",
+                f"round {round_ + 1}/{plan.rounds}: {kind}: TTFT {run['ttft_s']:.2f} s, "
+                f"steady {rate:.0f} tok/s from {reached:.1f} s",
                 file=sys.stderr,
             )
     return {"fill_upgrade": fill["upgrade"], "fill": fill, "runs": runs}
-
-
-# --- report ----------------------------------------------------------------------------
 
 
 def _landed(upgrade: dict[str, Any]) -> str:
@@ -246,39 +220,30 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plan_of(arguments: argparse.Namespace) -> Plan:
+    if arguments.smoke:
+        # The filling run and one restart from the cache folder, no wait for the upgrade.
+        return Plan(SMOKE_SCHEMA, 1, 3.0, (CACHE_FOLDER,), upgrade_wait_s=0.0, env=SMOKE_ENV)
+    if arguments.quick:
+        return Plan(QUICK_SCHEMA, rounds=1, duration_s=3.0)
+    return Plan(FULL_SCHEMA, arguments.rounds, DURATION_S)
+
+
 def main() -> None:
     parser = cli.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds of batches per run")
     parser.add_argument("--quick", action="store_true", help="one short round, a smaller schema")
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="CI's form: one short round on xgrammar (SMOKE_SCHEMA), restarted from the cache "
-        "folder only, no wait for an upgrade",
+        help="CI's form: the filling run and a restart on its folder",
     )
     parser.add_argument("--out-dir", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
-    quick = args.quick or args.smoke
-    schema = SMOKE_SCHEMA if args.smoke else QUICK_SCHEMA if quick else FULL_SCHEMA
-    rounds = 1 if quick else args.rounds
-    duration_s = 3.0 if quick else args.duration
+    plan = plan_of(args)
+    report = {"date": date.today().isoformat(), "schema": plan.schema, "rounds": plan.rounds}
     with tempfile.TemporaryDirectory(prefix="grammar-guard-restart-") as folder:
-        restarts = measure_restarts(
-            schema,
-            rounds,
-            Path(folder),
-            duration_s,
-            kinds=KINDS[-1:] if args.smoke else KINDS,
-            upgrade_wait_s=0.0 if args.smoke else UPGRADE_WAIT_S,
-            extra_env=SMOKE_ENV if args.smoke else {},
-        )
-    report = {
-        "date": date.today().isoformat(),
-        "schema": schema,
-        "rounds": rounds,
-        "restarts": restarts,
-    }
+        report["restarts"] = measure_restarts(plan, Path(folder))
     cli.write_json(args.out_dir / "restart.json", report)
     table = markdown(report)
     cli.write(args.out_dir / "restart.md", table)

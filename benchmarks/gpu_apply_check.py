@@ -1,10 +1,8 @@
 """One-shot NVIDIA GPU check of the mask apply paths (a few minutes; exits 0 without a GPU).
 
-1. ``GraphSafeBitmaskApplier`` against a reference; 2. ``apply_staged`` captured in a CUDA graph
-and replayed on newly staged masks; 3. timings against xgrammar's CUDA kernel; 4. real engines on
-the V2 runner (and the V1 runner where the release has it), each without and with ngram drafts:
-every output checked, and each engine must have run the runner and hooks it should.
-docs/benchmarks.md ("Mask apply, CUDA") has the details. Exits non-zero on any failure.
+1. ``GraphSafeBitmaskApplier`` against a reference; 2. its CUDA graph replay; 3. timings against
+xgrammar's CUDA kernel; 4. real engines, each runner without and with drafts. docs/benchmarks.md
+("Mask apply, CUDA") has the details. Exits non-zero on any failure.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from grammar_guard.core.masks.layout import words_per_row
 VOCAB = 129280
 BATCH_SIZES = (1, 8, 32, 128)
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-TIMED_DTYPES = ("float32", "bf16")
+TIMED_DTYPES = {name: DTYPES[name] for name in ("float32", "bf16")}
 
 
 def reference(logits: torch.Tensor, bitmask: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
@@ -77,8 +75,7 @@ def check_correctness(rng: np.random.Generator) -> None:
 
 def check_graph_replay(rng: np.random.Generator) -> None:
     num_logits = 32
-    for dtype_name in TIMED_DTYPES:
-        dtype = DTYPES[dtype_name]
+    for dtype_name, dtype in TIMED_DTYPES.items():
         applier = GraphSafeBitmaskApplier(num_logits, VOCAB, "cuda")
         static_logits = torch.empty((num_logits, VOCAB), device="cuda", dtype=dtype)
         _, bitmask, rows = random_case(rng, num_logits, VOCAB, VOCAB, dtype)
@@ -137,8 +134,7 @@ def timing_table(rng: np.random.Generator) -> str:
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for batch in BATCH_SIZES:
-        for dtype_name in TIMED_DTYPES:
-            dtype = DTYPES[dtype_name]
+        for dtype_name, dtype in TIMED_DTYPES.items():
             logits = torch.randn((batch, VOCAB), device="cuda").to(dtype)
             words = rng.integers(-(2**31), 2**31, size=(batch, words_per_row(VOCAB)))
             bitmask = torch.from_numpy(words.astype(np.int32))
@@ -161,10 +157,8 @@ def timing_table(rng: np.random.Generator) -> str:
     return "\n".join(lines)
 
 
-# Engines of part 4: (runner, drafts). Eager mode: CUDA graphs capture only the
-# forward pass, never the mask apply, and capturing would cost minutes of the
-# device time a lent GPU has.
-ENGINES = (("v2", 0), ("v2", 3), ("v1", 0), ("v1", 3))
+DRAFTS = (0, 3)  # part 4 starts an engine per runner without and with ngram drafts
+NGRAM = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}  # drafts' settings
 ENGINE_MAX_TOKENS = 128  # the demo's grammars are bounded well below this
 REPEATED = "abc abc abc abc abc abc abc abc abc abc"
 # Drafts from the prompt propose "abc " again; the grammar allows only two.
@@ -172,11 +166,11 @@ WRONG_DRAFTS_REGEX = r"(abc ){2}x{6}"
 
 
 def engines_of_this_release() -> list[tuple[str, int]]:
-    """vLLM 0.34 deleted the V1 runner (and refuses VLLM_USE_V2_MODEL_RUNNER=0)."""
+    """(runner, drafts) of part 4: vLLM 0.34 deleted the V1 runner (and refuses V2's off)."""
     from grammar_guard.vllm_adapter.compat import installed_release
 
-    v1 = installed_release().v1_model_runner
-    return [(runner, drafts) for runner, drafts in ENGINES if v1 or runner == "v2"]
+    runners = ("v2", "v1") if installed_release().v1_model_runner else ("v2",)
+    return [(runner, drafts) for runner in runners for drafts in DRAFTS]
 
 
 def engine_check(argument: list[Any]) -> dict[str, Any]:
@@ -186,14 +180,11 @@ def engine_check(argument: list[Any]) -> dict[str, Any]:
     from grammar_guard.demo.cases import CASES
     from grammar_guard.demo.engine import start_engine
 
+    # Eager mode: CUDA graphs capture only the forward pass, never the mask apply, and
+    # capturing would cost minutes of the device time a lent GPU has.
     overrides: dict[str, Any] = {"enforce_eager": True, "disable_log_stats": False}
     if drafts:
-        overrides["speculative_config"] = {
-            "method": "ngram",
-            "num_speculative_tokens": drafts,
-            "prompt_lookup_min": 2,
-            "prompt_lookup_max": 4,
-        }
+        overrides["speculative_config"] = {**NGRAM, "num_speculative_tokens": drafts}
     llm = start_engine(**overrides)
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
@@ -208,25 +199,23 @@ def engine_check(argument: list[Any]) -> dict[str, Any]:
             structured_outputs=StructuredOutputsParams(**constraint),
         )
 
-    checks: list[tuple[str, Callable[[str], None]]] = []
-    prompts: list[str] = []
-    requests: list[SamplingParams] = []
-    for seed in (1, 2):
-        for case in CASES:
-            checks.append((f"{case.name}/seed{seed}", case.check))
-            prompts.append("Answer: ")
-            requests.append(params(case.structured_outputs, seed))
-    for name, constraint, expected in (
-        ("drafts-accepted", {"choice": [REPEATED]}, REPEATED),
-        ("drafts-forbidden", {"regex": WRONG_DRAFTS_REGEX}, None),
-    ):
-        checks.append((name, _matches(constraint, expected)))
-        prompts.append(f"{REPEATED} {REPEATED}")
-        requests.append(params(constraint, None))
-    outputs = llm.generate(prompts, requests, use_tqdm=False)
-
+    # (name, check, prompt, sampling): the demo's cases at two seeds, then the drafts' cases.
+    requests = [
+        (f"{case.name}/seed{seed}", case.check, "Answer: ", params(case.structured_outputs, seed))
+        for seed in (1, 2)
+        for case in CASES
+    ]
+    requests += [
+        (name, _matches(constraint, expected), f"{REPEATED} {REPEATED}", params(constraint, None))
+        for name, constraint, expected in (
+            ("drafts-accepted", {"choice": [REPEATED]}, REPEATED),
+            ("drafts-forbidden", {"regex": WRONG_DRAFTS_REGEX}, None),
+        )
+    ]
+    prompts = [prompt for _, _, prompt, _ in requests]
+    outputs = llm.generate(prompts, [sampling for *_, sampling in requests], use_tqdm=False)
     failures = []
-    for (name, check), output in zip(checks, outputs, strict=True):
+    for (name, check, _, _), output in zip(requests, outputs, strict=True):
         completion = output.outputs[0]
         try:
             if completion.finish_reason != "stop":
@@ -284,32 +273,31 @@ def engine_problems(runner: str, drafts: int, report: dict[str, Any]) -> list[st
 
 def check_engines(lines: list[str]) -> bool:
     """Run every engine of part 4; its verdicts are printed and kept in ``lines``."""
-
-    def say(line: str) -> None:
-        print(line)
-        lines.append(line)
-
     ok = True
     for runner, drafts in engines_of_this_release():
-        name = f"engine {runner} runner, {drafts} drafts"
-        try:
-            report = run_fresh("benchmarks.gpu_apply_check:engine_check", [runner, drafts])
-        except FreshError as exc:
-            say(f"FAIL {name}: {str(exc).splitlines()[0]}")
-            print(exc)
-            ok = False
-            continue
-        problems = engine_problems(runner, drafts, report)
-        summary = (
-            f"{report['outputs']} outputs, runner {report['runner_module']}, "
-            f"{report['fill_steps']} fill steps, {report['plugin_apply_steps']} plugin apply "
-            f"steps, {report['drafts_proposed']} draft tokens"
-        )
-        say(f"{'FAIL' if problems else 'ok  '} {name}: {summary}")
-        for problem in problems:
-            say(f"     {problem}")
-        ok = ok and not problems
+        verdict = engine_verdict(runner, drafts)
+        print("\n".join(verdict))
+        lines += verdict
+        ok = ok and verdict[0].startswith("ok")
     return ok
+
+
+def engine_verdict(runner: str, drafts: int) -> list[str]:
+    """One engine's verdict: `ok` or `FAIL`, what it ran; then a line per problem."""
+    name = f"engine {runner} runner, {drafts} drafts"
+    try:
+        report = run_fresh("benchmarks.gpu_apply_check:engine_check", [runner, drafts])
+    except FreshError as exc:
+        print(exc)
+        return [f"FAIL {name}: {str(exc).splitlines()[0]}"]
+    problems = engine_problems(runner, drafts, report)
+    summary = (
+        f"{report['outputs']} outputs, runner {report['runner_module']}, "
+        f"{report['fill_steps']} fill steps, {report['plugin_apply_steps']} plugin apply "
+        f"steps, {report['drafts_proposed']} draft tokens"
+    )
+    verdict = f"{'FAIL' if problems else 'ok  '} {name}: {summary}"
+    return [verdict, *(f"     {problem}" for problem in problems)]
 
 
 def main() -> int:
