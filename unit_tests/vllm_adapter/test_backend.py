@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -254,6 +254,27 @@ def test_a_cache_hit_is_admitted_at_once_while_another_key_compiles(
     assert isinstance(_wait_for_grammar(slow), GuardedGrammar)
 
 
+def test_a_quick_compile_is_waited_for_when_the_scheduler_asks_not_when_admitted(
+    held_backend: tuple[GrammarGuardBackend, threading.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, release = held_backend
+    waits: list[float] = []
+
+    def release_and_wait(future: Future[Any], timeout: float) -> None:
+        waits.append(timeout)
+        release.set()
+        wait([future], timeout=HANG_GUARD_S)
+
+    monkeypatch.setattr(backend, "_inline_wait", InlineWaitBudget(waiter=release_and_wait))
+    slow = _request("slow", regex="slow[0-9]")
+    backend.admit_request(slow, block=False)
+    # The admitting thread went on while the compile was held: requests
+    # admitted after this one, and those with no grammar, did not wait.
+    assert waits == []
+    assert isinstance(slow.structured_output_request.grammar, GuardedGrammar)
+    assert len(waits) == 1
+
+
 def test_a_timed_out_request_fails_alone_and_its_compile_still_lands(
     held_backend: tuple[GrammarGuardBackend, threading.Event],
 ) -> None:
@@ -301,7 +322,7 @@ def test_a_refusal_is_logged_with_the_client_s_text_escaped(
     FAILURES.take("forged")
 
 
-def test_a_fresh_backend_s_first_quick_request_is_ready_when_admitted(
+def test_a_fresh_backend_s_first_quick_request_is_ready_when_the_scheduler_first_asks(
     tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Default settings: compile workers are still starting. A budget long
@@ -323,7 +344,7 @@ def test_a_fresh_backend_s_first_quick_request_is_ready_when_admitted(
         ):
             first = _request(f"first-{number}", **constraint)
             fresh.admit_request(first, block=False)
-            # Ready before vLLM next looks: the request joins the step being scheduled.
+            # vLLM's first look waits for it: the request joins the step being scheduled.
             assert isinstance(first.structured_output_request.grammar, GuardedGrammar), constraint
     finally:
         fresh.destroy()

@@ -5,12 +5,17 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
 import vllm
+from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 from vllm.v1.engine import EngineCoreOutput
 from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.structured_output.request import StructuredOutputRequest
 
+from grammar_guard.core.compile.inline_wait import InlineWaitBudget, WaitedForWhenPolled
 from grammar_guard.vllm_adapter.compat import (
     NEWEST,
     RELEASES,
@@ -85,6 +90,22 @@ def test_the_release_table_matches_the_installed_vllm_source() -> None:
     assert release.v1_model_runner == (
         importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
     )
+
+
+def test_vllm_asks_a_pending_grammar_s_done_so_a_quick_compile_is_waited_for_there() -> None:
+    """The backend waits for a quick compile inside ``done()`` (inline_wait.py)."""
+    waits: list[float] = []
+
+    def lands(future: Future[Any], timeout: float) -> None:
+        waits.append(timeout)
+        future.set_result("grammar")
+
+    params = SamplingParams(structured_outputs=StructuredOutputsParams(regex="[a-z]"))
+    request = StructuredOutputRequest.from_sampling_params(params)
+    assert request is not None
+    request.grammar = WaitedForWhenPolled(InlineWaitBudget(waiter=lands))
+    assert request.grammar == "grammar"  # what the scheduler reads before it schedules
+    assert len(waits) == 1
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-from grammar_guard.core.compile.inline_wait import InlineWaitBudget
+from grammar_guard.core.compile.inline_wait import InlineWaitBudget, WaitedForWhenPolled
 from grammar_guard.core.compile.warmup import WarmUp, WarmupResult, read_warmup_file
 from grammar_guard.core.compile.workers import make_compiler
 from grammar_guard.core.engines.base import CompiledGrammar, TokenMatcher
@@ -169,7 +169,13 @@ class GrammarGuardBackend(StructuredOutputBackend):
                 return self._grammar_for(spec, admission.future, stop_token_ids)
             except Exception as exc:
                 return self._refuse(request_id, exc)
-        pending: Future[StructuredOutputGrammar] = Future()
+        # A quick compile is waited for when vLLM's scheduler first asks for
+        # it, so the request joins the step being scheduled; this thread goes on.
+        pending: Future[StructuredOutputGrammar] = (
+            WaitedForWhenPolled(self._inline_wait)
+            if self.service.compiles_quickly(spec)
+            else Future()
+        )
 
         def deliver(compiled: Future[CompiledGrammar]) -> None:
             if not pending.set_running_or_notify_cancel():
@@ -181,9 +187,6 @@ class GrammarGuardBackend(StructuredOutputBackend):
                 pending.set_exception(exc)
 
         admission.future.add_done_callback(deliver)
-        if self.service.compiles_quickly(spec):
-            # Ready now, the request joins the step vLLM is scheduling.
-            self._inline_wait.wait(pending)
         return pending
 
     def _grammar_for(

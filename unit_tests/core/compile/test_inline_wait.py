@@ -1,4 +1,5 @@
-"""InlineWaitBudget: the engine's loop waits for quick compiles, within a bounded share of its time.
+"""InlineWaitBudget: the engine's loop waits for quick compiles, within a bounded share of its time;
+WaitedForWhenPolled: the wait is taken when the scheduler first asks.
 
 A fake clock and a fake waiter that "waits" by moving that clock; nothing sleeps.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
-from grammar_guard.core.compile.inline_wait import InlineWaitBudget
+from grammar_guard.core.compile.inline_wait import InlineWaitBudget, WaitedForWhenPolled
 
 MAX_WAIT_S = 0.05
 BURST_S = 0.15
@@ -85,5 +86,32 @@ def test_time_not_waited_stays_in_the_budget() -> None:
     for _ in range(100):
         budget.wait(Future())
     fake.lands_at_once = False
+    budget.wait(Future())
+    assert fake.waits == [MAX_WAIT_S]
+
+
+def test_a_polled_future_waits_on_its_first_poll_only() -> None:
+    fake = FakeTime()
+    pending = WaitedForWhenPolled[int](_budget(fake))
+    assert not pending.done()
+    assert not pending.done()  # the next step's look: the request waits for a later step
+    assert fake.waits == [MAX_WAIT_S]
+
+
+def test_a_compile_that_lands_during_the_first_poll_is_done() -> None:
+    def lands(future: Future[Any], timeout: float) -> None:
+        future.set_result(1)
+
+    pending = WaitedForWhenPolled[int](InlineWaitBudget(waiter=lands))
+    assert pending.done() and pending.result() == 1
+
+
+def test_a_future_done_before_it_is_polled_spends_no_budget() -> None:
+    fake = FakeTime()
+    budget = _budget(fake)
+    for _ in range(10):
+        landed = WaitedForWhenPolled[int](budget)
+        landed.set_result(1)
+        assert landed.done()
     budget.wait(Future())
     assert fake.waits == [MAX_WAIT_S]

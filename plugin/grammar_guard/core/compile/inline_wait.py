@@ -1,14 +1,19 @@
-"""A short, budgeted wait for a quick compile on the thread that admits requests.
+"""A short, budgeted wait for a quick compile, taken where the host schedules requests.
 
 A host schedules a request only once its grammar is ready, and looks again
 at the next step. A grammar that compiles in milliseconds but lands just
 after the host looked waits a whole step: a second on a CPU batch prefill.
-Waiting those milliseconds on the admitting thread lets the request join
-the step being scheduled instead. That thread is the engine's loop, so the
-wait is bounded twice: each wait by ``max_wait_s``, and all waits together
-by a token bucket that holds at most ``burst_s`` and refills at ``share`` of
-the loop's time, so a burst of new keys holds the loop for ``burst_s`` at
-most, and steady traffic for ``share`` of its time.
+:class:`WaitedForWhenPolled` waits those milliseconds at the moment the host
+first asks whether the grammar is ready, so the request joins the step being
+scheduled. Waiting when the request is admitted instead held the admitting
+thread while an unconstrained request sent with it went ahead, and the
+grammar, ready milliseconds later, missed the step that request joined.
+
+The thread that asks is the engine's loop, so the wait is bounded twice:
+each wait by ``max_wait_s``, and all waits together by a token bucket that
+holds at most ``burst_s`` and refills at ``share`` of the loop's time, so a
+burst of new keys holds the loop for ``burst_s`` at most, and steady traffic
+for ``share`` of its time.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import Any, TypeVar
 
 Clock = Callable[[], float]
 Waiter = Callable[[Future[Any], float], None]
+T = TypeVar("T")
 
 # A quick compile takes a few milliseconds, tens on a machine whose cores
 # are all busy; one not done by then is not worth holding every running
@@ -31,7 +37,7 @@ DEFAULT_MAX_WAIT_S = 0.1
 # budget spent before the last of them costs it a whole step (a fifth of a
 # second on a busy CPU), beyond its compile.
 DEFAULT_BURST_S = 1.0
-# At most this fraction of the admitting thread's time goes to waiting.
+# At most this fraction of the loop's time goes to waiting.
 DEFAULT_SHARE = 0.1
 
 
@@ -83,3 +89,23 @@ class InlineWaitBudget:
             allowed = min(self._max_wait_s, self._available_s)
             self._available_s -= allowed
             return allowed
+
+
+class WaitedForWhenPolled(Future[T]):
+    """A future whose first ``done()`` while pending waits for it, within ``budget``.
+
+    vLLM's scheduler asks ``done()`` of a waiting request's grammar when it
+    could schedule the request this step, on the loop's thread: that is when
+    a wait pays. Later calls do not wait; a grammar the first wait did not see
+    finish joins a later step.
+    """
+
+    def __init__(self, budget: InlineWaitBudget) -> None:
+        super().__init__()
+        self._budget: InlineWaitBudget | None = budget
+
+    def done(self) -> bool:
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            budget.wait(self)  # its own done() call finds no budget left here
+        return super().done()
